@@ -1,0 +1,213 @@
+"""The GEMM instance record: one fully resolved kernel configuration.
+
+A spec expands into candidate GemmInstance records (fields may still be AUTO / 0 meaning "derive").
+The arch module (sm80.py for CUTLASS 2.x, sm90a.py for 3.x) resolves them: fills derived values
+(instruction shape, alignments, stages, schedules) and checks every constraint, returning either the
+resolved instance or a Rejection naming the rule and the fix. Templates only see resolved instances.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from emitter.dtypes import DType
+
+
+class Arch(Enum):
+    sm75 = ("sm75", 75, 2)
+    sm80 = ("sm80", 80, 2)
+    sm86 = ("sm86", 86, 2)
+    sm89 = ("sm89", 89, 2)
+    sm90a = ("sm90a", 90, 3)
+
+    @property
+    def yaml(self) -> str:
+        return self.value[0]
+
+    @property
+    def cc(self) -> int:
+        return self.value[1]
+
+    @property
+    def cutlass_major(self) -> int:
+        """2 = CUTLASS 2.x device API (sm75..sm89), 3 = CUTLASS 3.x collectives (sm90a)."""
+        return self.value[2]
+
+    def __str__(self) -> str:
+        return self.yaml
+
+
+class Layout(Enum):
+    row = "row"   # cutlass::layout::RowMajor
+    col = "col"   # cutlass::layout::ColumnMajor
+
+    @property
+    def cpp(self) -> str:
+        return "cutlass::layout::RowMajor" if self is Layout.row else "cutlass::layout::ColumnMajor"
+
+    @property
+    def letter(self) -> str:
+        # BLAS convention used in names: A row-major = "t", column-major = "n" (cuBLAS TN = A row, B col).
+        return "t" if self is Layout.row else "n"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class OpClass(Enum):
+    tensorop = "tensorop"
+    simt = "simt"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class KernelSchedule(Enum):  # CUTLASS 3.x only
+    auto = "auto"
+    cooperative = "cooperative"
+    pingpong = "pingpong"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class EpilogueSchedule(Enum):  # CUTLASS 3.x only
+    auto = "auto"
+    tma = "tma"            # TmaWarpSpecialized{Cooperative,} matching the kernel schedule
+    no_smem = "no_smem"    # NoSmemWarpSpecialized (direct stores)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class TileScheduler(Enum):  # CUTLASS 3.x only
+    persistent = "persistent"
+    stream_k = "stream_k"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Activation(Enum):
+    identity = "identity"
+    relu = "relu"
+    gelu = "gelu"
+    silu = "silu"
+    sigmoid = "sigmoid"
+    clamp = "clamp"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Bias(Enum):
+    none = "none"
+    row = "row"        # one value per output row (length M), broadcast along N
+    column = "column"  # one value per output column (length N), broadcast along M
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class SplitK(Enum):
+    none = "none"
+    serial = "serial"
+    parallel = "parallel"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+AUTO = 0  # integer fields: 0 means "derive" (stages, alignments, instruction shape components)
+
+
+@dataclass(frozen=True)
+class Shape3:
+    m: int
+    n: int
+    k: int
+
+    def __str__(self) -> str:
+        return f"{self.m}x{self.n}x{self.k}"
+
+    def as_list(self) -> list[int]:
+        return [self.m, self.n, self.k]
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    activation: Activation = Activation.identity
+    bias: Bias = Bias.none
+    # clamp bounds (only for activation=clamp); floats, rendered as C++ literals by Python, never pasted text
+    clamp_min: float = 0.0
+    clamp_max: float = 6.0
+
+
+@dataclass(frozen=True)
+class GemmInstance:
+    arch: Arch
+    a: DType
+    b: DType
+    c: DType
+    d: DType
+    layout_a: Layout
+    layout_b: Layout
+    layout_c: Layout            # D shares C's layout
+    accumulator: DType
+    epilogue_compute: DType
+    op_class: OpClass
+    tile: Shape3                # threadblock (2.x) / CTA (3.x) tile
+    warp: Shape3 | None         # 2.x only (None for 3.x)
+    cluster: Shape3 | None      # 3.x only (None for 2.x)
+    instruction: Shape3 | None  # None until resolved when omitted in the spec
+    stages: int                 # AUTO (0) = derive
+    kernel_schedule: KernelSchedule
+    epilogue_schedule: EpilogueSchedule
+    tile_scheduler: TileScheduler
+    swizzle: int                # 2.x threadblock swizzle log-free width: 1, 2, 4, 8
+    alignment_a: int            # elements; AUTO (0) = derived maximum
+    alignment_b: int
+    alignment_c: int
+    epilogue: Epilogue = field(default_factory=Epilogue)
+    split_k: SplitK = SplitK.none
+    batched: bool = False
+    # where it came from (not part of identity)
+    spec_file: str = field(default="", compare=False)
+    spec_index: int = field(default=0, compare=False)
+    spec_hash: str = field(default="", compare=False)
+
+    @property
+    def family(self) -> str:
+        return "gemm"
+
+    def replace(self, **changes: Any) -> "GemmInstance":
+        return dataclasses.replace(self, **changes)
+
+    def config(self) -> dict[str, Any]:
+        """The full resolved configuration as plain JSON data (the manifest's `config`)."""
+        def plain(v: Any) -> Any:
+            if isinstance(v, Enum):
+                return v.value[0] if isinstance(v.value, tuple) else v.value
+            if isinstance(v, Shape3):
+                return v.as_list()
+            if isinstance(v, Epilogue):
+                out = {"activation": v.activation.value, "bias": v.bias.value}
+                if v.activation is Activation.clamp:
+                    out["clamp_min"] = v.clamp_min
+                    out["clamp_max"] = v.clamp_max
+                return out
+            return v
+        skip = {"spec_file", "spec_index", "spec_hash"}
+        return {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name not in skip}
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A candidate that cannot work: which rule it broke, why, and how to fix it."""
+
+    instance: GemmInstance
+    rule: str      # stable id, e.g. "tile-k-multiple-of-instruction-k"
+    reason: str    # "tile k=48 is not a multiple of instruction k=16: use 32 or 64"

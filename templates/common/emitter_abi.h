@@ -1,0 +1,63 @@
+// emitter runtime ABI (version 1): the C interface every emitted GEMM instance exports from its host shim.
+// Python (ctypes) and exported libraries use these structs; keep the layout stable and bump
+// EMITTER_ABI_VERSION on any change.
+#ifndef EMITTER_ABI_H
+#define EMITTER_ABI_H
+#define EMITTER_ABI_VERSION 1
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum emitter_status {
+  EMITTER_OK = 0,
+  EMITTER_CANNOT_IMPLEMENT = 1,   // alignment, shape or mode the instance does not support
+  EMITTER_INVALID_ARGUMENT = 2,   // null pointer, negative size, missing workspace
+  EMITTER_BUFFER_TOO_SMALL = 3,   // params_capacity smaller than launch->params_bytes
+  EMITTER_CUDA_ERROR = 4,         // a CUDA runtime call inside the shim failed
+  EMITTER_INTERNAL_ERROR = 5
+};
+
+// One GEMM problem: D = act(alpha * op(A) @ op(B) + beta * C + bias), layouts fixed by the instance.
+// Leading dimensions and batch strides are in elements; 0 means "packed" (derived from m, n, k).
+typedef struct emitter_gemm_problem {
+  int m, n, k;
+  int batch_count;        // >= 1; > 1 only for batched instances
+  int split_k_slices;     // >= 1; > 1 only for split-K instances
+  int reserved0;
+  const void* A;
+  const void* B;
+  const void* C;          // may equal D; may be null when beta == 0
+  void* D;
+  const void* bias;       // element type = C's; length M (bias: row) or N (bias: column); null otherwise
+  long long lda, ldb, ldc, ldd;
+  long long batch_stride_A, batch_stride_B, batch_stride_C, batch_stride_D;
+  float alpha, beta;
+} emitter_gemm_problem;
+
+// Everything a launcher needs, filled by the shim.
+typedef struct emitter_launch {
+  int grid[3];
+  int block[3];
+  int cluster[3];               // 1,1,1 when the instance uses no cluster
+  int shared_bytes;             // dynamic shared memory per CTA
+  int params_bytes;             // size of the kernel Params struct
+  int params_align;             // alignof(Params)
+  long long workspace_bytes;    // device workspace the kernel needs (0 = none)
+} emitter_launch;
+
+#ifdef __cplusplus
+}
+#endif
+
+// Symbols each instance <name> exports (host shim, compiled without EMITTER_DEVICE):
+//   int  emitter_<name>_query(const emitter_gemm_problem*, emitter_launch* out);
+//        can_implement + workspace size + params size; EMITTER_OK or EMITTER_CANNOT_IMPLEMENT.
+//   int  emitter_<name>_initialize(const emitter_gemm_problem*, void* workspace, void* stream,
+//                                   void* params_out, int params_capacity, emitter_launch* out);
+//        initializes the workspace on `stream` (CUstream / cudaStream_t; may zero it) and writes the
+//        kernel Params bytes into params_out (host memory) and the grid/block/cluster/shared size.
+//   const char* emitter_<name>_name(void);
+// Device entry (compiled with -DEMITTER_DEVICE to a cubin):
+//   extern "C" __global__ void emitter_<name>_kernel(Params const* params);  // Params in device memory
+#endif  // EMITTER_ABI_H
