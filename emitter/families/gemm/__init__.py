@@ -1,0 +1,20 @@
+"""GEMM family: spec parsing (spec.py), instance model (model.py), naming, and one module per CUTLASS
+generation: sm80.py (CUTLASS 2.x: sm75, sm80, sm86, sm89) and sm90a.py (CUTLASS 3.x collectives)."""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from emitter.families.gemm.model import Arch
+
+_MODULE_FOR_MAJOR = {2: "sm80", 3: "sm90a"}
+
+
+def arch_module(arch: Arch) -> ModuleType:
+    """The module that resolves, checks and renders instances of this arch."""
+    return importlib.import_module(f"emitter.families.gemm.{_MODULE_FOR_MAJOR[arch.cutlass_major]}")
+
+
+def template_dir(arch: Arch) -> str:
+    return f"gemm/{_MODULE_FOR_MAJOR[arch.cutlass_major]}"

@@ -1,0 +1,56 @@
+"""One deterministic, readable name per resolved GEMM instance: file name, C symbol, manifest key.
+
+gemm_<arch>_<a><b>_<c><d>_acc<acc>[_ep<compute>]_<la><lb><lc>_<tile>_<w..|c..>_i<instr>_s<stages>
+    [_<schedule>_<epilogue schedule>_<tile scheduler>] [_swz<N>] _al<a>x<b>x<c> _<activation>[_bias<row|col>]
+    [_splitk<serial|parallel>] [_batched] [_simt]
+Every configuration field appears (or is at its stated default), so different configs get different names.
+"""
+
+from __future__ import annotations
+
+from emitter.families.gemm.model import (
+    Activation, Bias, EpilogueSchedule, GemmInstance, KernelSchedule, OpClass, SplitK, TileScheduler,
+)
+
+_SCHED = {KernelSchedule.auto: "auto", KernelSchedule.cooperative: "coop", KernelSchedule.pingpong: "pingpong"}
+_EPI = {EpilogueSchedule.auto: "epiauto", EpilogueSchedule.tma: "epitma", EpilogueSchedule.no_smem: "epinosmem"}
+_TS = {TileScheduler.persistent: "persistent", TileScheduler.stream_k: "streamk"}
+
+
+def _float_token(v: float) -> str:
+    text = f"{v:g}".replace("-", "m").replace(".", "p").replace("+", "")
+    return text
+
+
+def instance_name(inst: GemmInstance) -> str:
+    parts = ["gemm", inst.arch.yaml, f"{inst.a}{inst.b}", f"{inst.c}{inst.d}", f"acc{inst.accumulator}"]
+    if inst.epilogue_compute != inst.accumulator:
+        parts.append(f"ep{inst.epilogue_compute}")
+    parts.append(inst.layout_a.letter + inst.layout_b.letter + inst.layout_c.letter)
+    parts.append(str(inst.tile))
+    if inst.warp is not None:
+        parts.append(f"w{inst.warp}")
+    if inst.cluster is not None:
+        parts.append(f"c{inst.cluster}")
+    if inst.instruction is not None:
+        parts.append(f"i{inst.instruction}")
+    parts.append(f"s{inst.stages}" if inst.stages else "sauto")
+    if inst.arch.cutlass_major == 3:
+        parts += [_SCHED[inst.kernel_schedule], _EPI[inst.epilogue_schedule], _TS[inst.tile_scheduler]]
+    else:
+        parts.append(f"swz{inst.swizzle}")
+    parts.append(f"al{inst.alignment_a}x{inst.alignment_b}x{inst.alignment_c}")
+    ep = inst.epilogue
+    act = ep.activation.value
+    if ep.activation is Activation.clamp:
+        act += f"{_float_token(ep.clamp_min)}to{_float_token(ep.clamp_max)}"
+    parts.append(act)
+    if ep.bias is not Bias.none:
+        parts.append(f"bias{ep.bias.value}")
+    if inst.split_k is not SplitK.none:
+        parts.append(f"splitk{inst.split_k.value}")
+    if inst.batched:
+        parts.append("batched")
+    if inst.op_class is OpClass.simt:
+        parts.append("simt")
+    return "_".join(parts).lower()

@@ -1,0 +1,375 @@
+"""GEMM spec -> candidate GemmInstance records.
+
+Every field may be a list: the spec sweeps the cartesian product. `exclude:` drops combinations,
+written with the same keys as the spec. Values are parsed into enums and ints here; anything not
+in the vocabulary is a SpecError naming the file, line, key path, value and the allowed values.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from typing import Any, Callable, Iterator
+
+from emitter.dtypes import DTYPE_ALIASES, DType
+from emitter.errors import SpecError
+from emitter.families.gemm.model import (
+    AUTO, Activation, Arch, Bias, Epilogue, EpilogueSchedule, GemmInstance, KernelSchedule, Layout,
+    OpClass, Shape3, SplitK, TileScheduler,
+)
+from emitter.spec.loader import Document, KeyPath
+
+Assign = dict[str, Any]  # canonical key -> parsed value (one point of one sweep axis)
+
+_SHAPE_RE = re.compile(r"^\s*(\d+)\s*[xX,]\s*(\d+)\s*[xX,]\s*(\d+)\s*$")
+
+
+class _Ctx:
+    def __init__(self, doc: Document):
+        self.doc = doc
+
+    def err(self, path: KeyPath, msg: str, **kw: Any) -> SpecError:
+        return self.doc.error(path, msg, **kw)
+
+
+# ---------------------------------------------------------------- scalar parsers (value -> enum/int)
+
+def _enum(enum: type, aliases: dict[str, str] | None = None) -> Callable[[_Ctx, KeyPath, Any], Any]:
+    allowed = [e.value if isinstance(e.value, str) else e.value[0] for e in enum]
+
+    def parse(ctx: _Ctx, path: KeyPath, v: Any) -> Any:
+        if isinstance(v, bool) or not isinstance(v, str):
+            raise ctx.err(path, f"expected one of the names below, got {type(v).__name__}", value=v, allowed=allowed)
+        text = v.strip().lower()
+        if aliases:
+            text = aliases.get(text, text)
+        for e in enum:
+            if (e.value if isinstance(e.value, str) else e.value[0]) == text:
+                return e
+        raise ctx.err(path, f"unknown value '{v}'", value=v, allowed=allowed,
+                      fix=f"use one of: {', '.join(allowed)}")
+    return parse
+
+
+def _dtype(ctx: _Ctx, path: KeyPath, v: Any) -> DType:
+    if not isinstance(v, str):
+        raise ctx.err(path, "a data type name is expected", value=v, allowed=DType.names())
+    text = DTYPE_ALIASES.get(v.strip().lower(), v.strip().lower())
+    try:
+        return DType.parse(text)
+    except KeyError:
+        raise ctx.err(path, f"unknown data type '{v}'", value=v, allowed=DType.names(),
+                      fix="use one of the allowed names (aliases like fp16, bfloat16, int8 also work)") from None
+
+
+_arch = _enum(Arch, {"sm_80": "sm80", "sm_90a": "sm90a", "sm90": "sm90a", "sm_90": "sm90a", "sm_75": "sm75",
+                     "sm_86": "sm86", "sm_89": "sm89"})
+_layout = _enum(Layout, {"rowmajor": "row", "row_major": "row", "r": "row", "t": "row",
+                         "colmajor": "col", "column": "col", "col_major": "col", "column_major": "col",
+                         "c": "col", "n": "col"})
+_op_class = _enum(OpClass, {"tensor_op": "tensorop", "tensor": "tensorop", "wgmma": "tensorop"})
+_kernel_schedule = _enum(KernelSchedule, {"coop": "cooperative", "ping_pong": "pingpong"})
+_epilogue_schedule = _enum(EpilogueSchedule, {"nosmem": "no_smem"})
+_tile_scheduler = _enum(TileScheduler, {"streamk": "stream_k", "stream-k": "stream_k"})
+_activation = _enum(Activation, {"none": "identity", "linear": "identity", "swish": "silu"})
+_bias = _enum(Bias, {"per_row": "row", "per_column": "column", "col": "column", "per_col": "column"})
+_split_k = _enum(SplitK, {"no": "none", "off": "none"})
+
+
+def _int(lo: int, hi: int, *, auto: bool = False, choices: tuple[int, ...] | None = None):
+    def parse(ctx: _Ctx, path: KeyPath, v: Any) -> int:
+        if auto and isinstance(v, str) and v.strip().lower() == "auto":
+            return AUTO
+        if isinstance(v, bool) or not isinstance(v, int):
+            allowed = f"an integer {lo}..{hi}" + (" or auto" if auto else "")
+            if choices:
+                allowed = ", ".join(map(str, choices)) + (", auto" if auto else "")
+            raise ctx.err(path, "an integer is expected", value=v, allowed=allowed)
+        if choices and v not in choices:
+            raise ctx.err(path, f"{v} is not allowed here", value=v, allowed=list(choices) + (["auto"] if auto else []))
+        if not lo <= v <= hi:
+            raise ctx.err(path, f"{v} is out of range", value=v, allowed=f"{lo}..{hi}" + (" or auto" if auto else ""))
+        return v
+    return parse
+
+
+def _bool(ctx: _Ctx, path: KeyPath, v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise ctx.err(path, "true or false is expected", value=v, allowed=["true", "false"])
+    return v
+
+
+def _float(ctx: _Ctx, path: KeyPath, v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v in (float("inf"), float("-inf")):
+        raise ctx.err(path, "a finite number is expected", value=v)
+    return float(v)
+
+
+def _shape(ctx: _Ctx, path: KeyPath, v: Any) -> Shape3:
+    dims: list[Any] | None = None
+    if isinstance(v, str):
+        m = _SHAPE_RE.match(v)
+        if m:
+            dims = [int(x) for x in m.groups()]
+    elif isinstance(v, list) and len(v) == 3:
+        dims = v
+    if dims is None or any(isinstance(d, bool) or not isinstance(d, int) for d in dims):
+        raise ctx.err(path, "a shape M x N x K is expected", value=v,
+                      allowed="'128x256x64' or [128, 256, 64] (a list of shapes sweeps)")
+    if any(d <= 0 or d > 4096 for d in dims):
+        raise ctx.err(path, "shape dimensions must be positive and at most 4096", value=v)
+    return Shape3(*dims)
+
+
+def _is_single_shape(v: Any) -> bool:
+    return isinstance(v, list) and len(v) == 3 and all(isinstance(d, int) and not isinstance(d, bool) for d in v)
+
+
+# ---------------------------------------------------------------- spec keys -> canonical keys
+
+def _leaf(canon: str, parser: Callable[[_Ctx, KeyPath, Any], Any], *, shape: bool = False):
+    """A key with one canonical target; a list sweeps (for shapes, a list of shapes)."""
+    def group(ctx: _Ctx, path: KeyPath, v: Any) -> list[Assign]:
+        if isinstance(v, list) and not (shape and _is_single_shape(v)):
+            if not v:
+                raise ctx.err(path, "an empty list sweeps nothing", value=v, fix="give at least one value")
+            out: list[Assign] = []
+            for i, item in enumerate(v):
+                if isinstance(item, list) and not (shape and _is_single_shape(item)):
+                    raise ctx.err(path + (i,), "nested lists are not allowed here", value=item)
+                out.append({canon: parser(ctx, path + (i,), item)})
+            return out
+        return [{canon: parser(ctx, path, v)}]
+    return group
+
+
+def _mapping(subkeys: dict[str, Callable], shorthand: Callable[[_Ctx, KeyPath, Any], list[Assign]] | None,
+             what: str):
+    """A key whose value is a mapping of sub-keys (each may sweep) or a shorthand scalar."""
+    def group(ctx: _Ctx, path: KeyPath, v: Any) -> list[Assign]:
+        if isinstance(v, list):
+            if not v:
+                raise ctx.err(path, "an empty list sweeps nothing", value=v)
+            return [a for i, item in enumerate(v) for a in group(ctx, path + (i,), item)]
+        if isinstance(v, dict):
+            axes = []
+            for k, sub in v.items():
+                if k not in subkeys:
+                    raise ctx.err(path + (k,), f"unknown key '{k}' in {what}", value=k, allowed=sorted(subkeys),
+                                  fix=_did_you_mean(k, subkeys))
+                axes.append(subkeys[k](ctx, path + (k,), sub))
+            return [_merge(combo) for combo in itertools.product(*axes)] if axes else [{}]
+        if shorthand is None:
+            raise ctx.err(path, f"{what} must be a mapping", value=v, allowed=sorted(subkeys))
+        return shorthand(ctx, path, v)
+    return group
+
+
+def _merge(parts: tuple[Assign, ...]) -> Assign:
+    out: Assign = {}
+    for p in parts:
+        out.update(p)
+    return out
+
+
+def _did_you_mean(key: str, options: Any) -> str | None:
+    import difflib
+    close = difflib.get_close_matches(key, list(options), n=1)
+    return f"did you mean '{close[0]}'?" if close else "remove it or check the spelling"
+
+
+def _dtype_shorthand(ctx: _Ctx, path: KeyPath, v: Any) -> list[Assign]:
+    d = _dtype(ctx, path, v)
+    return [{"a": d, "b": d, "c": d, "d": d}]
+
+
+def _layout_shorthand(ctx: _Ctx, path: KeyPath, v: Any) -> list[Assign]:
+    # BLAS letters as in CUTLASS names: t = row-major, n = column-major; "tn" = A row, B col; 3rd letter = C/D
+    if isinstance(v, str) and re.fullmatch(r"[tnTN]{2,3}", v.strip()):
+        letters = v.strip().lower()
+        lay = {"t": Layout.row, "n": Layout.col}
+        out: Assign = {"layout_a": lay[letters[0]], "layout_b": lay[letters[1]]}
+        if len(letters) == 3:
+            out["layout_c"] = lay[letters[2]]
+        return [out]
+    raise ctx.err(path, "layout must be two or three BLAS letters or a mapping", value=v,
+                  allowed="tn, nt, nn, tt (t = row-major, n = column-major; a 3rd letter sets C/D), "
+                          "or {a: row, b: col, c: row}")
+
+
+def _alignment_shorthand(ctx: _Ctx, path: KeyPath, v: Any) -> list[Assign]:
+    a = _int(1, 16, auto=True, choices=(1, 2, 4, 8, 16))(ctx, path, v)
+    return [{"alignment_a": a, "alignment_b": a, "alignment_c": a}]
+
+
+def _schedule_shorthand(ctx: _Ctx, path: KeyPath, v: Any) -> list[Assign]:
+    return [{"kernel_schedule": _kernel_schedule(ctx, path, v)}]
+
+
+def _clamp(ctx: _Ctx, path: KeyPath, v: Any) -> list[Assign]:
+    if isinstance(v, list) and len(v) == 2:
+        lo, hi = _float(ctx, path + (0,), v[0]), _float(ctx, path + (1,), v[1])
+    elif isinstance(v, dict) and set(v) <= {"min", "max"}:
+        lo = _float(ctx, path + ("min",), v.get("min", 0.0))
+        hi = _float(ctx, path + ("max",), v.get("max", 6.0))
+    else:
+        raise ctx.err(path, "clamp bounds must be [min, max] or {min: .., max: ..}", value=v)
+    if lo >= hi:
+        raise ctx.err(path, f"clamp min {lo} must be below max {hi}", value=v)
+    return [{"clamp_min": lo, "clamp_max": hi}]
+
+
+def _activation_shorthand(ctx: _Ctx, path: KeyPath, v: Any) -> list[Assign]:
+    return [{"activation": _activation(ctx, path, v)}]
+
+
+_DTYPE_KEYS = {
+    "a": _leaf("a", _dtype), "b": _leaf("b", _dtype), "c": _leaf("c", _dtype), "d": _leaf("d", _dtype),
+    "accumulator": _leaf("accumulator", _dtype), "epilogue": _leaf("epilogue_compute", _dtype),
+}
+_LAYOUT_KEYS = {"a": _leaf("layout_a", _layout), "b": _leaf("layout_b", _layout), "c": _leaf("layout_c", _layout)}
+_SCHEDULE_KEYS = {
+    "kernel": _leaf("kernel_schedule", _kernel_schedule),
+    "epilogue": _leaf("epilogue_schedule", _epilogue_schedule),
+    "tile_scheduler": _leaf("tile_scheduler", _tile_scheduler),
+}
+_ALIGN = _int(1, 16, auto=True, choices=(1, 2, 4, 8, 16))
+_ALIGNMENT_KEYS = {"a": _leaf("alignment_a", _ALIGN), "b": _leaf("alignment_b", _ALIGN), "c": _leaf("alignment_c", _ALIGN)}
+_EPILOGUE_KEYS = {
+    "activation": _leaf("activation", _activation),
+    "bias": _leaf("bias", _bias),
+    "clamp": _clamp,
+}
+
+SPEC_KEYS: dict[str, Callable[[_Ctx, KeyPath, Any], list[Assign]]] = {
+    "arch": _leaf("arch", _arch),
+    "dtype": _mapping(_DTYPE_KEYS, _dtype_shorthand, "dtype"),
+    "layout": _mapping(_LAYOUT_KEYS, _layout_shorthand, "layout"),
+    "op_class": _leaf("op_class", _op_class),
+    "tile": _leaf("tile", _shape, shape=True),
+    "warp": _leaf("warp", _shape, shape=True),
+    "cluster": _leaf("cluster", _shape, shape=True),
+    "instruction": _leaf("instruction", _shape, shape=True),
+    "stages": _leaf("stages", _int(2, 16, auto=True)),
+    "schedule": _mapping(_SCHEDULE_KEYS, _schedule_shorthand, "schedule"),
+    "swizzle": _leaf("swizzle", _int(1, 8, choices=(1, 2, 4, 8))),
+    "alignment": _mapping(_ALIGNMENT_KEYS, _alignment_shorthand, "alignment"),
+    "epilogue": _mapping(_EPILOGUE_KEYS, _activation_shorthand, "epilogue"),
+    "split_k": _leaf("split_k", _split_k),
+    "batched": _leaf("batched", _bool),
+}
+META_KEYS = {"family", "name", "description", "exclude"}
+REQUIRED = ("arch", "dtype", "tile")
+
+
+# ---------------------------------------------------------------- expansion
+
+def _axes(ctx: _Ctx, path: KeyPath, entry: dict[str, Any],
+          key_paths: dict[str, KeyPath] | None = None) -> list[list[Assign]]:
+    axes = []
+    for key, value in entry.items():
+        if key in META_KEYS:
+            continue
+        kp = (key_paths or {}).get(key, path + (key,))
+        if key not in SPEC_KEYS:
+            raise ctx.err(kp, f"unknown key '{key}' in a gemm spec", value=key,
+                          allowed=sorted(set(SPEC_KEYS) | META_KEYS), fix=_did_you_mean(key, set(SPEC_KEYS) | META_KEYS))
+        axes.append(SPEC_KEYS[key](ctx, kp, value))
+    return axes
+
+
+def _exclusions(ctx: _Ctx, path: KeyPath, value: Any) -> list[Assign]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ctx.err(path, "exclude must be a list of partial configurations", value=value,
+                      fix="e.g. exclude: [{tile: 256x128x64, schedule: {kernel: pingpong}}]")
+    out: list[Assign] = []
+    for i, item in enumerate(value):
+        if not isinstance(item, dict) or not item:
+            raise ctx.err(path + (i,), "each exclude entry must be a non-empty mapping of spec keys", value=item)
+        for axis_combo in itertools.product(*_axes(ctx, path + (i,), item)):
+            out.append(_merge(axis_combo))
+    return out
+
+
+def _default_accumulator(a: DType) -> DType:
+    if a is DType.f64:
+        return DType.f64
+    if a is DType.s8:
+        return DType.s32
+    return DType.f32
+
+
+def _build(point: Assign) -> GemmInstance:
+    arch: Arch = point["arch"]
+    a: DType = point["a"]
+    b: DType = point.get("b", a)
+    d: DType = point.get("d", point.get("c", a))
+    c: DType = point.get("c", d)
+    acc: DType = point.get("accumulator", _default_accumulator(a))
+    compute: DType = point.get("epilogue_compute", DType.f32 if acc is DType.s32 else acc)
+    three = arch.cutlass_major == 3
+    tile: Shape3 = point["tile"]
+    warp = point.get("warp")
+    if warp is None and not three:
+        warp = Shape3(min(64, max(tile.m // 2, 16)), min(64, max(tile.n // 2, 8)), tile.k)
+    cluster = point.get("cluster", Shape3(1, 1, 1) if three else None)
+    return GemmInstance(
+        arch=arch, a=a, b=b, c=c, d=d,
+        layout_a=point.get("layout_a", Layout.row),
+        layout_b=point.get("layout_b", Layout.col),
+        layout_c=point.get("layout_c", Layout.row),
+        accumulator=acc, epilogue_compute=compute,
+        op_class=point.get("op_class", OpClass.tensorop),
+        tile=tile, warp=warp, cluster=cluster,
+        instruction=point.get("instruction"),
+        stages=point.get("stages", AUTO),
+        kernel_schedule=point.get("kernel_schedule", KernelSchedule.auto),
+        epilogue_schedule=point.get("epilogue_schedule", EpilogueSchedule.auto),
+        tile_scheduler=point.get("tile_scheduler", TileScheduler.persistent),
+        swizzle=point.get("swizzle", 1),
+        alignment_a=point.get("alignment_a", AUTO),
+        alignment_b=point.get("alignment_b", AUTO),
+        alignment_c=point.get("alignment_c", AUTO),
+        epilogue=Epilogue(
+            activation=point.get("activation", Activation.identity),
+            bias=point.get("bias", Bias.none),
+            clamp_min=point.get("clamp_min", 0.0),
+            clamp_max=point.get("clamp_max", 6.0),
+        ),
+        split_k=point.get("split_k", SplitK.none),
+        batched=point.get("batched", False),
+    )
+
+
+def _matches(point: Assign, excl: Assign) -> bool:
+    return all(point.get(k, _MISSING) == v for k, v in excl.items())
+
+
+_MISSING = object()
+
+
+def expand_entry(doc: Document, path: KeyPath, entry: Any,
+                 key_paths: dict[str, KeyPath] | None = None) -> Iterator[tuple[GemmInstance, Assign]]:
+    """Yield (candidate instance, the sweep point it came from) for one spec entry.
+
+    `key_paths` maps a top-level key to where it was written when it came from a `defaults:` section."""
+    ctx = _Ctx(doc)
+    if not isinstance(entry, dict):
+        raise ctx.err(path, "a kernel spec must be a mapping of keys", value=entry,
+                      fix="see configs/gemm/*.yaml for examples")
+    family = entry.get("family", "gemm")
+    if family != "gemm":
+        raise ctx.err((key_paths or {}).get("family", path + ("family",)), f"unknown kernel family '{family}'", value=family, allowed=["gemm"])
+    for key in REQUIRED:
+        if key not in entry:
+            raise ctx.err(path, f"missing required key '{key}'", allowed=list(REQUIRED),
+                          fix=f"add `{key}:` to this spec")
+    axes = _axes(ctx, path, entry, key_paths)
+    exclusions = _exclusions(ctx, (key_paths or {}).get("exclude", path + ("exclude",)), entry.get("exclude"))
+    for combo in itertools.product(*axes):
+        point = _merge(combo)
+        if any(_matches(point, e) for e in exclusions):
+            continue
+        yield _build(point), point
