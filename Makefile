@@ -1,0 +1,48 @@
+# emitter — one command each: `make demo` (set-up + emit + build the example configs), `make test`.
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+OUT     ?= generated/demo
+SPECS   ?= configs/gemm/*.yaml
+JOBS    ?=
+
+.PHONY: install demo emit build verify profile test test-fast test-gpu bench clean
+
+install: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+demo: build
+
+emit: install
+	$(BIN)/emitter emit $(SPECS) -o $(OUT)
+	$(BIN)/emitter list $(OUT) --no-rejected
+
+build: emit
+	$(BIN)/emitter build $(OUT) $(if $(JOBS),-j $(JOBS))
+
+verify: install          # needs a GPU and `pip install -e '.[gpu]'`
+	$(BIN)/emitter verify $(OUT)
+
+profile: install         # needs a GPU
+	$(BIN)/emitter profile configs/profile/llm_shapes.yaml -o results
+
+test: install
+	$(BIN)/python -m pytest -q
+
+test-fast: install       # everything but the nvcc compiles
+	$(BIN)/python -m pytest -q -m "not nvcc"
+
+test-gpu:                # on the GPU machine (see scripts/gpu_suite.sh)
+	bash scripts/gpu_suite.sh
+
+bench: install
+	$(BIN)/python benchmarks/emit_speed.py
+
+clean:
+	rm -rf generated/demo results build dist .pytest_cache
+golden: install
+	EMITTER_UPDATE_GOLDEN=1 $(BIN)/python -m pytest -q tests/test_golden.py

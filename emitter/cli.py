@@ -1,0 +1,107 @@
+"""emitter command line: emit, list, build, cache, verify, profile.
+
+One place maps errors to exit codes: an EmitterError prints its message on stderr (no traceback) and
+exits with its code (2 for bad input)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections import Counter
+from pathlib import Path
+
+import click
+
+from emitter import __version__
+from emitter.errors import EmitterError
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context):  # type: ignore[override]
+        try:
+            return super().invoke(ctx)
+        except EmitterError as e:
+            click.echo(e.render(), err=True)
+            ctx.exit(e.exit_code)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="emitter")
+def main() -> None:
+    """Turn YAML kernel specs into CUTLASS kernel instances; build, verify and profile them."""
+
+
+@main.command()
+@click.argument("specs", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("-o", "--out", "out", default="generated/demo", show_default=True,
+              type=click.Path(file_okay=False, path_type=Path), help="output directory (manifest + .cu)")
+@click.option("-q", "--quiet", is_flag=True, help="print only the summary line")
+def emit(specs: tuple[Path, ...], out: Path, quiet: bool) -> None:
+    """Expand SPECS, validate every instance, and write one .cu per instance plus manifest.json."""
+    from emitter.emit import emit as run_emit
+
+    result = run_emit(specs, out)
+    if not quiet:
+        rules = Counter(r.rule for r in result.rejected)
+        for rule, count in sorted(rules.items()):
+            click.echo(f"  rejected {count:5d} x {rule}")
+        for f in result.failed:
+            click.echo(f"  FAILED to render {f['name']}: {f['error']}", err=True)
+    click.echo(f"emitted {len(result.instances)} instances ({result.written} written, "
+               f"{len(result.instances) - result.written} unchanged), rejected {len(result.rejected)}"
+               + (f", {result.duplicates} duplicates merged" if result.duplicates else "")
+               + (f", {len(result.failed)} FAILED to render" if result.failed else "")
+               + f" -> {out / 'manifest.json'}")
+    if result.failed:
+        sys.exit(1)
+
+
+@main.command(name="list")
+@click.argument("out", type=click.Path(path_type=Path), default="generated/demo")
+@click.option("--rejected/--no-rejected", default=True, show_default=True, help="also list rejected configurations")
+@click.option("--json", "as_json", is_flag=True, help="print the manifest entries as JSON")
+def list_cmd(out: Path, rejected: bool, as_json: bool) -> None:
+    """List what a manifest holds: emitted instances, and rejected configurations with the reason."""
+    import json
+
+    from emitter.manifest import load
+
+    data = load(out)
+    if as_json:
+        click.echo(json.dumps({"instances": data["instances"], "rejected": data["rejected"] if rejected else []}, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=f"{len(data['instances'])} instances in {out}")
+    for col in ("name", "arch", "tile", "stages"):
+        table.add_column(col)
+    for inst in data["instances"]:
+        cfg = inst["config"]
+        table.add_row(inst["name"], inst["arch"], "x".join(map(str, cfg["tile"])), str(cfg["stages"] or "auto"))
+    console.print(table)
+    if rejected and data["rejected"]:
+        rt = Table(title=f"{len(data['rejected'])} rejected")
+        for col in ("arch", "dtypes", "tile", "rule", "reason"):
+            rt.add_column(col, overflow="fold")
+        for rej in data["rejected"]:
+            cfg = rej["config"]
+            rt.add_row(rej["arch"], f"{cfg['a']}/{cfg['b']}->{cfg['d']}", "x".join(map(str, cfg["tile"])),
+                       rej["rule"], rej["reason"])
+        console.print(rt)
+
+
+def _register_optional(module: str) -> None:
+    """Commands live with their stage (emitter/build, emitter/verify, emitter/profile)."""
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name and e.name.startswith("emitter"):
+            return
+        raise
+    mod.register(main)
+
+
+for _m in ("emitter.build.cli", "emitter.verify.cli", "emitter.profile.cli", "emitter.library.cli"):
+    _register_optional(_m)
