@@ -135,7 +135,7 @@ def _leaf(canon: str, parser: Callable[[_Ctx, KeyPath, Any], Any], *, shape: boo
                 raise ctx.err(path, "an empty list sweeps nothing", value=v, fix="give at least one value")
             out: list[Assign] = []
             for i, item in enumerate(v):
-                if isinstance(item, list) and not (shape and _is_single_shape(item)):
+                if isinstance(item, list) and not shape:
                     raise ctx.err(path + (i,), "nested lists are not allowed here", value=item)
                 out.append({canon: parser(ctx, path + (i,), item)})
             return out
