@@ -1,0 +1,141 @@
+"""cuBLAS baselines through torch, in the same process, on the same primary context and stream.
+
+The baseline reads the very operand sets the kernels read (zero-copy torch views of the PyCUDA buffers,
+same dtypes and layouts, rotated the same way) and is timed by the same EventTimer, so the ratio
+kernel / baseline compares like with like. Which library call it was goes into every output row:
+  * f16 / bf16 / f32 / tf32:  torch.matmul / torch.addmm / torch.bmm / torch.baddbmm (cuBLAS / cuBLASLt);
+    tf32 with torch.backends.cuda.matmul.allow_tf32 = True, f32 with it False;
+  * fp8 (e4m3 / e5m2): torch._scaled_mm (cuBLASLt), unit scales, row-major A and column-major B (the
+    only layout cuBLASLt fp8 takes), use_fast_accum=False (full-precision accumulation).
+Fused epilogues (bias, activations) are not part of the baseline: it computes the plain GEMM.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from emitter.dtypes import DType
+from emitter.profile.workload import ProblemData
+
+
+class BaselineUnavailable(Exception):
+    """This baseline cannot run this op/problem here (no torch, dtype or layout not supported)."""
+
+
+def torch_available() -> bool:
+    return importlib.util.find_spec("torch") is not None
+
+
+def torch_version() -> str | None:
+    if not torch_available():
+        return None
+    import torch
+
+    return f"{torch.__version__} (CUDA {torch.version.cuda})"
+
+
+@dataclass
+class BaselineLaunch:
+    name: str          # "cublas"
+    provider: str      # what was called, for the outputs
+    launch: Callable[[int], None]
+    torch_stream: Any = None
+
+
+def cublas(data: ProblemData, stream: Any) -> BaselineLaunch:
+    """A launch(i) that runs the cuBLAS GEMM of `data`'s op on operand set i, on the PyCUDA `stream`."""
+    if not torch_available():
+        raise BaselineUnavailable("torch is not installed: no cuBLAS baseline (pip install torch)")
+    import torch
+
+    from emitter.profile.check import torch_view
+
+    cfg, lay, p = data.cfg, data.lay, data.problem
+    if cfg.a != cfg.b and not (cfg.a.is_fp8 and cfg.b.is_fp8):
+        raise BaselineUnavailable(f"mixed input types {cfg.a}/{cfg.b} have no cuBLAS call through torch")
+    if cfg.a in (DType.s8, DType.s32, DType.f64):
+        raise BaselineUnavailable(f"no torch cuBLAS baseline for {cfg.a} here")
+    tstream = torch.cuda.ExternalStream(int(stream.handle)) if getattr(stream, "handle", 0) else None
+    batched = p.batch > 1
+    views = []
+    for s in data.sets:
+        A = torch_view(torch, s.A, lay.A, cfg.a)
+        B = torch_view(torch, s.B, lay.B, cfg.b)
+        D = torch_view(torch, s.D, lay.D, cfg.d)
+        C = torch_view(torch, s.C, lay.C, cfg.c) if data.beta != 0 else None
+        if not batched:
+            A, B, D = A[0], B[0], D[0]
+            C = C[0] if C is not None else None
+        views.append((A, B, C, D))
+    alpha, beta = data.alpha, data.beta
+    fp8 = cfg.a.is_fp8
+
+    if fp8:
+        if batched:
+            raise BaselineUnavailable("torch._scaled_mm has no batched form")
+        if not (cfg.row_major_a and not cfg.row_major_b and cfg.row_major_c):
+            raise BaselineUnavailable(f"cuBLASLt fp8 takes only TN with row-major D; this op is {cfg.layout_letters}")
+        if beta != 0:
+            raise BaselineUnavailable("torch._scaled_mm has no beta * C term")
+        if cfg.d not in (DType.bf16, DType.f16, DType.f32):
+            raise BaselineUnavailable(f"torch._scaled_mm does not write {cfg.d}")
+        one = torch.ones((), device="cuda", dtype=torch.float32)
+        scale_a = one * alpha
+        out_dtype = {DType.bf16: torch.bfloat16, DType.f16: torch.float16, DType.f32: torch.float32}[cfg.d]
+
+        def run(i: int) -> None:
+            A, B, _C, D = views[i % len(views)]
+            torch._scaled_mm(A, B, scale_a=scale_a, scale_b=one, out_dtype=out_dtype, use_fast_accum=False, out=D)
+
+        provider = f"torch._scaled_mm (cuBLASLt), torch {torch.__version__}"
+    else:
+        col_out = not cfg.row_major_c
+
+        def gemm(A: Any, B: Any, C: Any, D: Any) -> None:
+            if col_out:    # D column-major: compute D^T = B^T A^T into D's storage, row-major
+                A, B, D = B.transpose(-1, -2), A.transpose(-1, -2), D.transpose(-1, -2)
+                C = C.transpose(-1, -2) if C is not None else None
+            if C is None and alpha == 1.0:
+                torch.matmul(A, B, out=D)
+            elif C is None:
+                (torch.baddbmm if batched else torch.addmm)(D, A, B, beta=0.0, alpha=alpha, out=D)
+            else:
+                (torch.baddbmm if batched else torch.addmm)(C, A, B, beta=beta, alpha=alpha, out=D)
+
+        tf32 = cfg.a is DType.tf32
+
+        def run(i: int) -> None:
+            gemm(*views[i % len(views)])
+
+        call = ("torch.matmul" if data.beta == 0 and alpha == 1.0 else "torch.addmm") if not batched else \
+            ("torch.matmul" if data.beta == 0 and alpha == 1.0 else "torch.baddbmm")
+        provider = f"{call} (cuBLAS){', TF32' if tf32 else ''}, torch {torch.__version__}"
+        base_run = run
+
+        def run(i: int) -> None:  # noqa: F811 - TF32 on only for tf32 ops
+            prev = torch.backends.cuda.matmul.allow_tf32
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            try:
+                base_run(i)
+            finally:
+                torch.backends.cuda.matmul.allow_tf32 = prev
+
+    def launch(i: int) -> None:
+        if tstream is not None:
+            with torch.cuda.stream(tstream):
+                run(i)
+        else:
+            run(i)
+
+    # one call now: a dtype / shape that cuBLAS refuses is "unavailable", not a fault
+    try:
+        launch(0)
+        stream.synchronize()
+    except RuntimeError as e:
+        text = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if "illegal" in text.lower():
+            raise
+        raise BaselineUnavailable(f"{provider.split(',')[0]} refused this problem: {text}") from None
+    return BaselineLaunch("cublas", provider, launch, tstream)

@@ -1,0 +1,132 @@
+"""`emitter profile CONFIG [-o results/]`: time kernels against cuBLAS, pick the best per problem, report."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import click
+
+from emitter.selection import selection_options
+
+_PROBLEM_RE = re.compile(r"^(\d+)x(\d+)x(\d+)(?:x(\d+))?$")
+
+
+def _problems(values: tuple[str, ...]):
+    from emitter.profile.config import Problem, named_set
+
+    out = []
+    for v in values:
+        text = v.strip().lower()
+        if text in ("square", "llm"):
+            out += named_set(text)
+            continue
+        m = _PROBLEM_RE.match(text)
+        if not m:
+            raise click.BadParameter(f"{v!r}: write MxNxK, MxNxKxBATCH, square or llm", param_hint="--problem")
+        out.append(Problem(int(m[1]), int(m[2]), int(m[3]), int(m[4] or 1)))
+    return tuple(dict.fromkeys(out))
+
+
+@click.command(name="profile")
+@click.argument("config", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("-o", "--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="output directory (default: the config's output.dir, else results/)")
+@selection_options
+@click.option("--problem", "problems", multiple=True, metavar="MxNxK",
+              help="profile these problems instead of the config's (repeatable; also `square`, `llm`)")
+@click.option("--gpus", default=None, metavar="all|N|i,j", help="GPUs to shard problems over (default: config, all)")
+@click.option("--backend", type=click.Choice(["pycuda", "fake"]), default="pycuda", show_default=True,
+              help="fake: no GPU; numpy checks and modelled times (CI, demos)")
+@click.option("--no-check", is_flag=True, help="skip the correctness check before timing (not recommended)")
+@click.option("--no-baseline", is_flag=True, help="do not time cuBLAS")
+@click.option("--quick", is_flag=True, help="fewer launches (warm-up 3, 20 iterations, 2 repeats): a smoke run")
+@click.option("--all-kernels", is_flag=True, help="print every kernel, not only the best per problem")
+@click.option("--no-plots", is_flag=True, help="do not write PNG plots")
+@click.option("--replay", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="re-select and re-report recorded results (a profile.json) without running anything")
+@click.option("--tie-tolerance", type=click.FloatRange(0, 0.5), default=None,
+              help="relative floor of the noise used to call kernels tied (default: config, 0.01)")
+def profile_cmd(config: Path | None, out: Path | None, select: tuple[str, ...], exclude: tuple[str, ...],
+                problems: tuple[str, ...], gpus: str | None, backend: str, no_check: bool, no_baseline: bool,
+                quick: bool, all_kernels: bool, no_plots: bool, replay: Path | None, tie_tolerance: float | None) -> None:
+    """Profile the kernels of CONFIG (a profile YAML) against cuBLAS in the same run.
+
+    Each kernel is checked for correctness on each problem, then timed with CUDA events (warm-up, median of
+    many launches, inputs rotated past L2). The best kernel per problem is chosen stably (ties within the
+    measured noise are reported, and name order breaks them). Writes profile.csv, profile.json, tuning.json
+    and plots/ under -o; prints the table.
+
+    \b
+    emitter profile configs/profile/llm_shapes.yaml -o results/
+    emitter profile configs/profile/square.yaml --select 'a=bf16' --problem 8192x8192x8192
+    emitter profile --replay results/profile.json --all-kernels
+    """
+    from rich.console import Console
+
+    from emitter.profile import report as rep
+    from emitter.profile.config import Timing, load_config
+    from emitter.profile.runner import ProfileError, check_built, plan, resolve_gpus, run
+
+    console = Console()
+    if replay is not None:
+        data = json.loads(replay.read_text(encoding="utf-8"))
+        measurements, envs, cfg = rep.from_json(data)
+        if tie_tolerance is not None:
+            cfg = cfg.replace(tie_tolerance=tie_tolerance)
+        report = rep.build(measurements, envs, cfg)
+        out_dir = out or replay.parent
+        if out_dir.resolve() == replay.parent.resolve() and out is None:
+            out_dir = replay.parent / "replay"
+        paths = rep.write_all(report, out_dir, plots=cfg.output.plots and not no_plots)
+        rep.print_table(report, console, all_kernels)
+        for line in rep.summary_lines(report, paths):
+            console.print(line)
+        return
+    if config is None:
+        raise click.UsageError("give a profile config (e.g. configs/profile/square.yaml) or --replay RESULTS.json")
+
+    cfg = load_config(config)
+    if problems:
+        cfg = cfg.replace(problems=_problems(problems))
+    if no_check:
+        cfg = cfg.replace(check=False)
+    if no_baseline:
+        cfg = cfg.replace(baselines=())
+    if quick:
+        cfg = cfg.replace(timing=Timing(warmup=3, iterations=20, repeats=2, rotate=cfg.timing.rotate,
+                                        blocking_kernel=cfg.timing.blocking_kernel))
+    if tie_tolerance is not None:
+        cfg = cfg.replace(tie_tolerance=tie_tolerance)
+    out_dir = out or Path(cfg.output.dir)
+
+    the_plan = plan(cfg, select, exclude)
+    if backend != "fake":
+        missing = check_built(the_plan)
+        if len(missing) == len(the_plan.instances):
+            raise ProfileError(f"none of the {len(missing)} selected instances is built\n  fix: run `emitter build "
+                               f"{Path(the_plan.manifests[0]).parent}` first (with the same --select)")
+        if missing:
+            console.print(f"[yellow]{len(missing)} selected instances are not built and will be reported as "
+                          f"failed[/yellow] (first: {missing[0]})")
+    gpu_list = resolve_gpus(cfg, gpus, backend)
+    console.print(f"profiling {len(the_plan.instances)} kernels x {len(the_plan.problems)} problems on "
+                  f"{len(gpu_list)} GPU{'s' if len(gpu_list) > 1 else ''} ({backend}); "
+                  f"check={'on' if cfg.check else 'OFF'}, baselines={', '.join(cfg.baselines) or 'none'}")
+    outcome = run(cfg, the_plan, out_dir, gpu_list, backend=backend)
+    for f in outcome.fatal:
+        console.print(f"[red]{f}[/red]")
+    if not outcome.measurements:
+        raise ProfileError("nothing was measured" + (": " + "; ".join(outcome.fatal) if outcome.fatal else ""))
+    report = rep.build(outcome.measurements, outcome.envs, cfg)
+    paths = rep.write_all(report, out_dir, plots=cfg.output.plots and not no_plots)
+    rep.print_table(report, console, all_kernels)
+    if outcome.restarts:
+        console.print(f"[yellow]{outcome.restarts} worker restart(s) after faults: see the fault rows[/yellow]")
+    for line in rep.summary_lines(report, paths):
+        console.print(line)
+
+
+def register(cli_group: click.Group) -> None:
+    cli_group.add_command(profile_cmd)

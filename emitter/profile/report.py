@@ -1,0 +1,371 @@
+"""Profile outputs: figures per measurement, CSV, JSON (schema-versioned), tuning table, terminal table, plots.
+
+Every row gives time (median, IQR), TFLOP/s, GB/s (the fewest bytes the GEMM must move over the time),
+percent of the GPU's compute and memory peaks, and the ratio to the baseline measured in the same run
+(baseline time / kernel time: above 1 is faster than cuBLAS).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from emitter import __version__
+from emitter.fsutil import atomic_write_json, atomic_write_text
+from emitter.profile.config import ProfileConfig
+from emitter.profile.device import peaks_for
+from emitter.profile.records import Measurement, min_bytes
+from emitter.profile.selection import RULE, Choice, choose_all, group_key, measurement_key, tuning_table
+
+SCHEMA_VERSION = 1
+
+CSV_COLUMNS = [
+    "gpu", "op", "layout", "a", "b", "c", "d", "m", "n", "k", "batch", "kind", "name", "provider", "status",
+    "median_ms", "iqr_ms", "q25_ms", "q75_ms", "min_ms", "run_spread_ms", "repeats", "iterations", "tflops", "gbs",
+    "pct_peak_compute", "pct_peak_bw", "baseline", "baseline_ms", "ratio_to_baseline", "check_rel_err", "best",
+    "tied", "rotation_sets", "working_set_mb", "reason",
+]
+
+
+@dataclass
+class Report:
+    measurements: list[Measurement]
+    envs: dict[int, dict[str, Any]]
+    config: ProfileConfig
+    choices: dict[tuple, Choice]
+    figures: dict[tuple, dict[str, Any]]
+
+    @property
+    def env(self) -> dict[str, Any]:
+        return self.envs[min(self.envs)] if self.envs else {}
+
+    def baseline_providers(self) -> list[str]:
+        return sorted({m.provider for m in self.measurements if m.kind == "baseline" and m.ok})
+
+
+def _r(x: float | None, nd: int = 4) -> float | None:
+    return None if x is None or not math.isfinite(x) else round(x, nd)
+
+
+def build(measurements: list[Measurement], envs: dict[int, dict[str, Any]], config: ProfileConfig) -> Report:
+    """Figures for every measurement, the baseline of each (op, problem), and the stable best kernels."""
+    baselines: dict[tuple, Measurement] = {}
+    for m in measurements:
+        if m.kind == "baseline" and m.ok:
+            baselines.setdefault(group_key(m), m)
+    figures: dict[tuple, dict[str, Any]] = {}
+    for m in measurements:
+        env = envs.get(m.gpu) or (envs[min(envs)] if envs else {})
+        peaks = peaks_for(env.get("name", ""), env, config.peaks)
+        f: dict[str, Any] = {}
+        b = baselines.get(group_key(m))
+        if b is not None:
+            f["baseline"] = b.name
+            f["baseline_provider"] = b.provider
+            f["baseline_ms"] = b.stats.median_ms if b.stats else None
+        if m.ok and m.stats is not None:
+            t = m.stats.median_ms * 1e-3
+            f["tflops"] = m.problem.flops / t / 1e12
+            f["gbs"] = min_bytes(m.op, m.problem, config.beta) / t / 1e9
+            peak = peaks["tflops"].get(m.op.a)
+            f["pct_peak"] = 100 * f["tflops"] / peak if peak else None
+            f["pct_peak_bw"] = 100 * f["gbs"] / (peaks["hbm_tbs"] * 1e3) if peaks["hbm_tbs"] else None
+            if b is not None and b.stats is not None:
+                f["ratio"] = b.stats.median_ms / m.stats.median_ms
+        figures[measurement_key(m)] = f
+    choices = choose_all(measurements, config.tie_tolerance)
+    return Report(measurements, envs, config, choices, figures)
+
+
+# ------------------------------------------------------------------------------------------ CSV / JSON
+def _sort_key(m: Measurement) -> tuple:
+    p = m.problem
+    return (m.op.key, p.flops, p.m, p.n, p.k, p.batch, 0 if m.kind == "baseline" else 1, m.name)
+
+
+def rows(report: Report) -> list[dict[str, Any]]:
+    out = []
+    for m in sorted(report.measurements, key=_sort_key):
+        f = report.figures.get(measurement_key(m), {})
+        ch = report.choices.get(group_key(m))
+        s = m.stats
+        out.append({
+            "gpu": m.gpu, "op": m.op.key, "layout": m.op.layout, "a": m.op.a, "b": m.op.b, "c": m.op.c, "d": m.op.d,
+            "m": m.problem.m, "n": m.problem.n, "k": m.problem.k, "batch": m.problem.batch,
+            "kind": m.kind, "name": m.name, "provider": m.provider, "status": m.status,
+            "median_ms": _r(s.median_ms, 6) if s else None, "iqr_ms": _r(s.iqr_ms, 6) if s else None,
+            "q25_ms": _r(s.q25_ms, 6) if s else None, "q75_ms": _r(s.q75_ms, 6) if s else None,
+            "min_ms": _r(s.min_ms, 6) if s else None, "run_spread_ms": _r(s.run_spread_ms, 6) if s else None,
+            "repeats": s.repeats if s else None, "iterations": s.iterations if s else None,
+            "tflops": _r(f.get("tflops"), 2), "gbs": _r(f.get("gbs"), 1),
+            "pct_peak_compute": _r(f.get("pct_peak"), 2), "pct_peak_bw": _r(f.get("pct_peak_bw"), 2),
+            "baseline": f.get("baseline_provider"), "baseline_ms": _r(f.get("baseline_ms"), 6),
+            "ratio_to_baseline": _r(f.get("ratio"), 4),
+            "check_rel_err": (m.check or {}).get("rel_err"),
+            "best": bool(ch and m.kind == "kernel" and ch.winner.name == m.name),
+            "tied": bool(ch and m.kind == "kernel" and m.name in ch.ties and len(ch.ties) > 1),
+            "rotation_sets": m.extra.get("rotation_sets"),
+            "working_set_mb": _r(m.extra["working_set_bytes"] / 2 ** 20, 1) if m.extra.get("working_set_bytes") else None,
+            "reason": m.reason,
+        })
+    return out
+
+
+def to_csv(report: Report) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    w.writeheader()
+    for r in rows(report):
+        w.writerow({k: ("" if v is None else v) for k, v in r.items()})
+    return buf.getvalue()
+
+
+def geomeans(report: Report) -> dict[str, dict[str, Any]]:
+    """Per op: geometric mean of best-kernel / baseline ratios, the worst ratio, and counts."""
+    per: dict[str, list[float]] = defaultdict(list)
+    for key, ch in report.choices.items():
+        f = report.figures.get(measurement_key(ch.winner), {})
+        if f.get("ratio"):
+            per[key[0]].append(f["ratio"])
+    out = {}
+    for op, rs in sorted(per.items()):
+        out[op] = {"geomean_ratio": math.exp(sum(math.log(r) for r in rs) / len(rs)), "min_ratio": min(rs),
+                   "problems": len(rs)}
+    return out
+
+
+def environment(report: Report) -> dict[str, Any]:
+    env = report.env
+    keys = ("name", "cc", "sm_count", "sm_clock_khz", "sm_clock_mhz", "max_sm_clock_mhz", "mem_clock_mhz",
+            "memory_clock_khz", "memory_bus_bits", "l2_bytes", "memory_bytes", "driver", "cuda_driver_api",
+            "pycuda_cuda", "nvcc", "cutlass", "torch", "emitter_version", "temperature_c", "power_w")
+    return {"gpu_count": len(report.envs), **{k: env.get(k) for k in keys},
+            "emitter_version": env.get("emitter_version") or __version__,
+            "per_gpu": {str(k): v for k, v in sorted(report.envs.items())}}
+
+
+def to_json(report: Report) -> dict[str, Any]:
+    env = report.env
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "emitter.profile",
+        "emitter_version": __version__,
+        "config_file": report.config.file,
+        "config": report.config.to_json(),
+        "environment": environment(report),
+        "peaks": peaks_for(env.get("name", ""), env, report.config.peaks),
+        "baselines": report.baseline_providers(),
+        "selection": {"rule": RULE, "tie_tolerance": report.config.tie_tolerance},
+        "summary": {"geomean": geomeans(report), "counts": _counts(report)},
+        "rows": rows(report),
+        "measurements": [m.to_json() for m in sorted(report.measurements, key=_sort_key)],
+    }
+
+
+def _counts(report: Report) -> dict[str, int]:
+    c: dict[str, int] = defaultdict(int)
+    for m in report.measurements:
+        c[f"{m.kind}:{m.status}"] += 1
+    return dict(sorted(c.items()))
+
+
+def from_json(data: dict[str, Any]) -> tuple[list[Measurement], dict[int, dict[str, Any]], ProfileConfig]:
+    """Recorded results back into measurements (for --replay: reselect and report without a GPU)."""
+    from emitter.errors import ManifestError
+
+    if data.get("kind") != "emitter.profile" or data.get("schema_version") != SCHEMA_VERSION:
+        raise ManifestError(f"not an emitter profile result of schema_version {SCHEMA_VERSION} "
+                            f"(kind={data.get('kind')!r}, schema_version={data.get('schema_version')!r})")
+    ms = [Measurement.from_json(d) for d in data["measurements"]]
+    envs = {int(k): v for k, v in (data.get("environment", {}).get("per_gpu") or {}).items()}
+    return ms, envs, ProfileConfig.from_json(data["config"])
+
+
+def write_all(report: Report, out_dir: Path, plots: bool = True) -> dict[str, Any]:
+    """Writes CSV, JSON, the tuning table and plots; returns {"csv": path, ..., "plots": [paths] | reason}."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    o = report.config.output
+    paths: dict[str, Any] = {"csv": out_dir / o.csv, "json": out_dir / o.json, "tuning": out_dir / o.tuning}
+    atomic_write_text(paths["csv"], to_csv(report))
+    atomic_write_json(paths["json"], to_json(report))
+    atomic_write_json(paths["tuning"], tuning_table(report.choices, report.figures, {**report.env,
+                                                    "emitter_version": __version__}, report.config.tie_tolerance))
+    if plots:
+        paths["plots"] = write_plots(report, out_dir / "plots")
+    return paths
+
+
+# ------------------------------------------------------------------------------------------ terminal
+def _fmt(x: float | None, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def _time(ms: float | None) -> str:
+    if ms is None:
+        return "-"
+    return f"{ms * 1e3:.1f} us" if ms < 1 else f"{ms:.3f} ms"
+
+
+def print_table(report: Report, console: Any = None, all_kernels: bool = False) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    env = report.env
+    title = (f"{env.get('name', '?')} ({env.get('sm_count', '?')} SMs) | baseline: "
+             f"{'; '.join(report.baseline_providers()) or 'none'}")
+    table = Table(title=title, title_justify="left")
+    for col, just in (("problem", "right"), ("op", "left"), ("kernel", "left"), ("time", "right"),
+                      ("±IQR", "right"), ("TFLOP/s", "right"), ("GB/s", "right"), ("%peak", "right"),
+                      ("cuBLAS TFLOP/s", "right"), ("ratio", "right"), ("ties", "right")):
+        table.add_column(col, justify=just, overflow="fold")
+    groups: dict[tuple, list[Measurement]] = defaultdict(list)
+    for m in report.measurements:
+        groups[group_key(m)].append(m)
+    for key in sorted(groups, key=lambda k: (k[0], k[1][0] * k[1][1] * k[1][2] * k[1][3], k[1])):
+        ms = groups[key]
+        ch = report.choices.get(key)
+        base = next((m for m in ms if m.kind == "baseline" and m.ok), None)
+        bf = report.figures.get(measurement_key(base), {}) if base else {}
+        show = [m for m in ms if m.kind == "kernel"] if all_kernels else ([ch.winner] if ch else [])
+        if not show:
+            bad = [m for m in ms if m.kind == "kernel"]
+            why = "; ".join(sorted({f"{m.status}" for m in bad})) or "no kernel"
+            table.add_row(_pkey(key), key[0], f"[red]none ran correctly ({why})[/red]", "-", "-", "-", "-", "-",
+                          _fmt(bf.get("tflops"), ".1f"), "-", "-")
+            continue
+        for m in sorted(show, key=lambda m: (m.stats.median_ms if m.ok else math.inf, m.name)):
+            f = report.figures.get(measurement_key(m), {})
+            ratio = f.get("ratio")
+            color = "green" if ratio and ratio >= 1.0 else ("yellow" if ratio and ratio >= 0.97 else "red")
+            ratio_txt = f"[{color}]{ratio:.2f}x[/{color}]" if ratio else "-"
+            win = ch is not None and ch.winner.name == m.name
+            name = ("* " if win and all_kernels else "") + m.name
+            if not m.ok:
+                table.add_row(_pkey(key), key[0], name, f"[red]{m.status}[/red]", "-", "-", "-", "-",
+                              _fmt(bf.get("tflops"), ".1f"), "-", "-")
+                continue
+            ties = str(len(ch.ties) - 1) if (ch and win and len(ch.ties) > 1) else ""
+            table.add_row(_pkey(key), key[0], name, _time(m.stats.median_ms), _time(m.stats.iqr_ms),
+                          _fmt(f.get("tflops"), ".1f"), _fmt(f.get("gbs"), ".0f"), _fmt(f.get("pct_peak"), ".1f"),
+                          _fmt(bf.get("tflops"), ".1f"), ratio_txt, ties)
+    console.print(table)
+    for op, g in geomeans(report).items():
+        console.print(f"{op}: geometric mean of best/cuBLAS {g['geomean_ratio']:.3f}x over {g['problems']} problems "
+                      f"(worst {g['min_ratio']:.3f}x)")
+    c = _counts(report)
+    bad = {k: v for k, v in c.items() if not k.endswith(":ok")}
+    if bad:
+        console.print("not timed: " + ", ".join(f"{v} {k}" for k, v in bad.items()))
+
+
+def _pkey(key: tuple) -> str:
+    m, n, k, b = key[1]
+    return f"{m}x{n}x{k}" + (f"x{b}" if b != 1 else "")
+
+
+# ------------------------------------------------------------------------------------------ plots
+def write_plots(report: Report, plot_dir: Path) -> list[str] | str:
+    """PNG per op: TFLOP/s per problem for each kernel and the baseline; best-kernel ratio to baseline."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed: no plots (pip install matplotlib)"
+    plot_dir.mkdir(parents=True, exist_ok=True)
+    written: list[str] = []
+    by_op: dict[str, list[Measurement]] = defaultdict(list)
+    for m in report.measurements:
+        if m.ok:
+            by_op[m.op.key].append(m)
+    env = report.env
+    for op, ms in sorted(by_op.items()):
+        problems = sorted({m.problem for m in ms}, key=lambda p: (p.flops, p.key))
+        xi = {p: i for i, p in enumerate(problems)}
+        labels = [p.key for p in problems]
+        width = max(6.0, 0.45 * len(problems) + 3)
+
+        fig, ax = plt.subplots(figsize=(width, 5.0))
+        series: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
+        for m in ms:
+            f = report.figures.get(measurement_key(m), {})
+            if f.get("tflops") is not None:
+                series[(m.kind, m.name)].append((xi[m.problem], f["tflops"]))
+        for (kind, name), pts in sorted(series.items(), key=lambda kv: (kv[0][0] != "baseline", kv[0][1])):
+            pts.sort()
+            xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+            if kind == "baseline":
+                ax.plot(xs, ys, "k--", marker="s", linewidth=2, label=f"{name} (baseline)")
+            else:
+                ax.plot(xs, ys, marker="o", linewidth=1, markersize=3, label=_short_name(name))
+        peak = peaks_for(env.get("name", ""), env, report.config.peaks)["tflops"].get(ms[0].op.a)
+        if peak:
+            ax.axhline(peak, color="grey", linewidth=0.8, linestyle=":")
+            ax.text(0, peak, f" peak {peak:.0f}", va="bottom", fontsize=7, color="grey")
+        ax.set_xticks(range(len(labels)))
+        ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
+        ax.set_ylabel("TFLOP/s")
+        ax.set_title(f"{op} on {env.get('name', '?')}", fontsize=9)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=6, loc="best")
+        fig.tight_layout()
+        path = plot_dir / f"{op}_tflops.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(str(path))
+
+        fig, ax = plt.subplots(figsize=(width, 4.0))
+        best_x, best_y, all_x, all_y = [], [], [], []
+        for m in ms:
+            f = report.figures.get(measurement_key(m), {})
+            if m.kind != "kernel" or not f.get("ratio"):
+                continue
+            ch = report.choices.get(group_key(m))
+            if ch and ch.winner.name == m.name:
+                best_x.append(xi[m.problem])
+                best_y.append(f["ratio"])
+            else:
+                all_x.append(xi[m.problem])
+                all_y.append(f["ratio"])
+        if best_x or all_x:
+            ax.scatter(all_x, all_y, s=8, color="tab:gray", alpha=0.5, label="other kernels")
+            ax.bar(best_x, best_y, color=["tab:green" if y >= 1 else "tab:red" for y in best_y], alpha=0.8,
+                   label="best kernel")
+            ax.axhline(1.0, color="black", linewidth=1)
+            ax.set_xticks(range(len(labels)))
+            ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
+            ax.set_ylabel("ratio to baseline (baseline time / kernel time)")
+            ax.set_title(f"{op}: speed relative to {', '.join(report.baseline_providers()) or 'baseline'}", fontsize=8)
+            ax.grid(True, axis="y", alpha=0.3)
+            ax.legend(fontsize=7)
+            fig.tight_layout()
+            path = plot_dir / f"{op}_ratio.png"
+            fig.savefig(path, dpi=110)
+            written.append(str(path))
+        plt.close(fig)
+    return written
+
+
+def _short_name(name: str) -> str:
+    """The distinguishing part of an instance name (tile, cluster, schedule) for legends."""
+    parts = name.split("_")
+    keep = [p for p in parts if any(ch.isdigit() for ch in p) and "x" in p] + \
+           [p for p in parts if p in ("coop", "pingpong", "streamk", "persistent")]
+    return " ".join(keep) or name
+
+
+def summary_lines(report: Report, paths: dict[str, Any]) -> Iterable[str]:
+    for key in ("csv", "json", "tuning"):
+        yield f"{key:>7}: {paths[key]}"
+    plots = paths.get("plots")
+    if isinstance(plots, list):
+        yield f"  plots: {len(plots)} PNG in {Path(plots[0]).parent if plots else '-'}"
+    elif plots:
+        yield f"  plots: {plots}"

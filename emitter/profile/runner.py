@@ -1,0 +1,321 @@
+"""Plan a profile (manifests x selection x problems), shard it over GPUs, run one worker process each.
+
+Each GPU gets its own worker process (CUDA_VISIBLE_DEVICES=<index>), problems balanced by their FLOPs
+(largest first, onto the least-loaded GPU; deterministic). A worker that dies (a CUDA fault poisons its
+context, or a crash) is restarted without the kernel it was measuring on that problem; that kernel gets
+a `fault` record. A worker that stops making progress for `stall_timeout_s` is killed the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from emitter.errors import EmitterError, ManifestError
+from emitter.profile.config import Problem, ProfileConfig, resolve_manifest
+from emitter.profile.records import FAULT, Measurement, Op
+
+MAX_RESTARTS = 16
+FAULTS_BEFORE_DROP = 2
+
+
+class ProfileError(EmitterError):
+    exit_code = 1
+
+
+@dataclass
+class Plan:
+    instances: list[dict[str, Any]]         # {"root", "manifest", "entry"}
+    problems: list[Problem]
+    manifests: list[str]
+
+
+def plan(config: ProfileConfig, select: tuple[str, ...] = (), exclude: tuple[str, ...] = (),
+         cwd: Path | None = None) -> Plan:
+    from emitter.manifest import load
+    from emitter.selection import select as select_entries
+
+    instances: list[dict[str, Any]] = []
+    seen: dict[str, str] = {}
+    manifests = []
+    for m in config.manifests:
+        path = resolve_manifest(config, m, cwd)
+        data = load(path)
+        manifests.append(str(path))
+        for e in data["instances"]:
+            if e.get("family", "gemm") != "gemm":
+                continue
+            if e["name"] in seen:        # the same instance in two manifests: the first one wins
+                continue
+            seen[e["name"]] = str(path)
+            instances.append({"root": str(path.parent), "manifest": str(path), "entry": e})
+    entries = select_entries([i["entry"] for i in instances], tuple(config.select) + tuple(select),
+                             tuple(config.exclude) + tuple(exclude))
+    keep = {e["name"] for e in entries}
+    chosen = [i for i in instances if i["entry"]["name"] in keep]
+    if not chosen:
+        raise ProfileError(f"no instance to profile: the manifests ({', '.join(manifests)}) hold {len(instances)} "
+                           f"GEMM instances and the selection keeps none\n  fix: check `select:` / --select, "
+                           f"or run `emitter emit` for the specs you mean")
+    return Plan(chosen, list(config.problems), manifests)
+
+
+def shard(problems: list[Problem], n: int) -> list[list[Problem]]:
+    """Problems over n GPUs: largest first onto the least-loaded one (ties: lower index)."""
+    shards: list[list[Problem]] = [[] for _ in range(n)]
+    load = [0.0] * n
+    for p in sorted(problems, key=lambda p: (-p.flops, p.key)):
+        i = min(range(n), key=lambda j: (load[j], j))
+        shards[i].append(p)
+        load[i] += p.flops + 1e9          # + a fixed cost per problem (allocation, baseline, checks)
+    order = {p: k for k, p in enumerate(problems)}
+    return [sorted(s, key=lambda p: order[p]) for s in shards]
+
+
+def resolve_gpus(config: ProfileConfig, override: str | None, backend: str) -> list[int]:
+    from emitter.profile.device import device_count
+
+    spec: Any = config.gpus
+    if override:
+        spec = "all" if override == "all" else (tuple(int(x) for x in override.split(",")) if "," in override
+                                                 else int(override))
+    if backend == "fake":
+        count = spec if isinstance(spec, int) else (len(spec) if isinstance(spec, tuple) else 1)
+        return list(range(count))
+    available = device_count()
+    if available == 0:
+        raise ProfileError("no CUDA device visible (PyCUDA could not find a GPU)\n  fix: run on the GPU machine "
+                           "with `pip install emitter[gpu]`, or replay recorded results with --replay")
+    visible = list(range(available))
+    env_vis = os.environ.get("CUDA_VISIBLE_DEVICES")
+    physical = [int(x) for x in env_vis.split(",") if x.strip().isdigit()] if env_vis else visible
+    if len(physical) != available:
+        physical = visible
+    if spec == "all":
+        return physical
+    if isinstance(spec, int):
+        return physical[:spec]
+    bad = [i for i in spec if i >= available]
+    if bad:
+        raise ProfileError(f"gpus: device index {bad[0]} is not visible ({available} devices)")
+    return [physical[i] for i in spec]
+
+
+@dataclass
+class RunOutcome:
+    measurements: list[Measurement]
+    envs: dict[int, dict[str, Any]]
+    restarts: int = 0
+    fatal: list[str] = field(default_factory=list)
+
+
+def _read_log(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:      # a line cut by a crash
+            pass
+    return out
+
+
+class _Shard:
+    def __init__(self, index: int, gpu: int, problems: list[Problem], work: Path) -> None:
+        self.index, self.gpu, self.problems, self.work = index, gpu, problems, work
+        self.skip: list[list[str]] = []
+        self.skip_baselines: list[list[str]] = []
+        self.skip_names: list[str] = []
+        self.fault_count: dict[str, int] = {}
+        self.attempt = 0
+        self.proc: subprocess.Popen | None = None
+        self.log_path = work / f"shard{index}.jsonl"
+        self.last_size = 0
+        self.last_progress = time.monotonic()
+        self.done = False
+
+    def job(self, base: dict[str, Any]) -> dict[str, Any]:
+        return {**base, "gpu": self.gpu, "problems": [p.as_dict() for p in self.problems], "out": str(self.log_path),
+                "skip": self.skip, "skip_baselines": self.skip_baselines, "skip_names": self.skip_names}
+
+
+def run(config: ProfileConfig, the_plan: Plan, out_dir: Path, gpus: list[int], backend: str = "pycuda",
+        faults: list[dict[str, Any]] | None = None, model: dict[str, Any] | None = None,
+        stall_timeout_s: float = 900.0, isolate: bool = True) -> RunOutcome:
+    work = out_dir / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    base = {"config": config.to_json(), "instances": the_plan.instances, "backend": backend}
+    if faults:
+        base["faults"] = faults
+    if model:
+        base["model"] = model
+    shards = [_Shard(i, g, ps, work) for i, (g, ps) in enumerate(zip(gpus, shard(the_plan.problems, len(gpus)))) if ps]
+    for s in shards:
+        if s.log_path.exists():
+            s.log_path.unlink()
+    restarts = 0
+    fatal: list[str] = []
+
+    if not isolate:     # tests: one in-process worker per shard, no restarts
+        from emitter.profile.worker import run_job
+
+        for s in shards:
+            run_job(s.job(base))
+            s.done = True
+    else:
+        def start(s: _Shard) -> None:
+            job_path = work / f"shard{s.index}.job.json"
+            job_path.write_text(json.dumps(s.job(base), indent=1), encoding="utf-8")
+            env = dict(os.environ)
+            if backend != "fake":
+                env["CUDA_VISIBLE_DEVICES"] = str(s.gpu)
+                env.pop("CUDA_DEVICE", None)
+            s.proc = subprocess.Popen([sys.executable, "-m", "emitter.profile.worker", str(job_path)], env=env,
+                                      stdin=subprocess.DEVNULL)
+            s.last_progress = time.monotonic()
+            s.attempt += 1
+
+        for s in shards:
+            start(s)
+        while not all(s.done for s in shards):
+            time.sleep(0.2)
+            for s in shards:
+                if s.done or s.proc is None:
+                    continue
+                size = s.log_path.stat().st_size if s.log_path.exists() else 0
+                if size != s.last_size:
+                    s.last_size, s.last_progress = size, time.monotonic()
+                code = s.proc.poll()
+                if code is None and time.monotonic() - s.last_progress > stall_timeout_s:
+                    s.proc.kill()
+                    s.proc.wait()
+                    code = -9
+                    _append(s.log_path, {"type": "stalled", "seconds": stall_timeout_s})
+                if code is None:
+                    continue
+                records = _read_log(s.log_path)
+                if any(r.get("type") == "done" for r in records) or code == 0:
+                    s.done = True
+                    continue
+                if any(r.get("type") == "fatal" for r in records):
+                    fatal += [f"gpu{s.gpu}: {r['reason']}" for r in records if r.get("type") == "fatal"]
+                    s.done = True
+                    continue
+                culprit = _unfinished(records)
+                if culprit is None or restarts >= MAX_RESTARTS:
+                    fatal.append(f"gpu{s.gpu}: worker exited with code {code}"
+                                 + ("" if culprit else " outside any measurement"))
+                    s.done = True
+                    continue
+                kind, name, pkey, okey = culprit
+                reason = ("the worker process died (exit code %s) while measuring it: a CUDA fault or a crash" % code
+                          if code != -9 else f"no progress for {stall_timeout_s:.0f} s (a hang?): killed")
+                problem = next((p for p in s.problems if p.key == pkey), None)
+                op = _op_of(the_plan, name, okey)
+                if problem is not None and op is not None and not _has_result(records, kind, name, pkey, okey):
+                    _append(s.log_path, {"type": "result", "measurement": Measurement(
+                        kind, name, "emitter" if kind == "kernel" else "cuBLAS via torch", op, problem, FAULT,
+                        reason, s.gpu, _manifest_of(the_plan, name)).to_json()})
+                if kind == "kernel":
+                    s.skip.append([name, pkey])
+                    s.fault_count[name] = s.fault_count.get(name, 0) + 1
+                    if s.fault_count[name] >= FAULTS_BEFORE_DROP and name not in s.skip_names:
+                        s.skip_names.append(name)
+                else:
+                    s.skip_baselines.append(["baseline", okey, pkey])
+                # results already recorded are not measured again
+                for r in records:
+                    if r.get("type") == "result":
+                        m = r["measurement"]
+                        if m["kind"] == "kernel":
+                            s.skip.append([m["name"], Problem.from_dict(m["problem"]).key])
+                        else:
+                            s.skip_baselines.append(["baseline", m["op"]["key"], Problem.from_dict(m["problem"]).key])
+                restarts += 1
+                start(s)
+
+    measurements: list[Measurement] = []
+    envs: dict[int, dict[str, Any]] = {}
+    seen: set[tuple] = set()
+    for s in shards:
+        for r in _read_log(s.log_path):
+            if r.get("type") == "env":
+                envs[s.gpu] = r["env"]
+            elif r.get("type") == "result":
+                m = Measurement.from_json(r["measurement"])
+                key = (m.kind, m.name, m.op.key, m.problem.key)
+                if key in seen:
+                    continue
+                seen.add(key)
+                measurements.append(m)
+            elif r.get("type") == "fatal":
+                if f"gpu{s.gpu}: {r['reason']}" not in fatal:
+                    fatal.append(f"gpu{s.gpu}: {r['reason']}")
+    return RunOutcome(measurements, envs, restarts, fatal)
+
+
+def _append(path: Path, obj: dict[str, Any]) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(obj, sort_keys=True) + "\n")
+
+
+def _unfinished(records: list[dict[str, Any]]) -> tuple[str, str, str, str] | None:
+    last = None
+    for r in records:
+        if r.get("type") == "start":
+            last = r
+        elif r.get("type") == "result" and last is not None:
+            m = r["measurement"]
+            if m["name"] == last["name"] and Problem.from_dict(m["problem"]).key == last["problem"]:
+                last = None
+    if last is None:
+        return None
+    return (last.get("kind", "kernel"), last["name"], last["problem"], last["op"])
+
+
+def _has_result(records: list[dict[str, Any]], kind: str, name: str, pkey: str, okey: str) -> bool:
+    for r in records:
+        if r.get("type") == "result":
+            m = r["measurement"]
+            if m["kind"] == kind and m["name"] == name and m["op"]["key"] == okey and \
+                    Problem.from_dict(m["problem"]).key == pkey:
+                return True
+    return False
+
+
+def _op_of(the_plan: Plan, name: str, op_key: str) -> Op | None:
+    for i in the_plan.instances:
+        op = Op.from_config(i["entry"]["config"])
+        if op.key == op_key:
+            return op
+    return None
+
+
+def _manifest_of(the_plan: Plan, name: str) -> str | None:
+    for i in the_plan.instances:
+        if i["entry"]["name"] == name:
+            return i["manifest"]
+    return None
+
+
+def check_built(the_plan: Plan) -> list[str]:
+    """Names of selected instances with no usable build (reported, and they fail as results)."""
+    from emitter.runtime.backend import NotBuilt, build_record
+
+    missing = []
+    for i in the_plan.instances:
+        try:
+            build_record(Path(i["root"]), i["entry"]["name"])
+        except NotBuilt:
+            missing.append(i["entry"]["name"])
+    return missing
+
+
+__all__ = ["plan", "shard", "run", "resolve_gpus", "Plan", "RunOutcome", "ProfileError", "ManifestError"]

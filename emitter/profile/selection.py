@@ -1,0 +1,119 @@
+"""Best kernel per problem, chosen so that a rerun picks the same one.
+
+Never one noisy minimum: kernels are compared by their medians, and a kernel whose median is within
+the noise of the fastest one is a tie. Noise between two measurements x (the fastest) and y is
+
+    max(tie_tolerance * median_x,            # a floor: clocks and power move a few tenths of a percent
+        (iqr_x + iqr_y) / 2,                 # launch-to-launch spread of both
+        run_spread_x, run_spread_y)          # range of per-repeat medians: the run-to-run drift
+
+Among the tied kernels the winner is the first by name: deterministic, so reruns that measure the
+same kernels within noise of each other pick the same winner (and report the others as ties).
+The tuning table (problem -> kernel with its figures) feeds the exported library's dispatch.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from emitter.profile.records import Measurement
+from emitter.profile.stats import TimingStats
+
+TUNING_SCHEMA_VERSION = 1
+RULE = ("median of all launches; ties: within max(tie_tolerance x best median, mean IQR of the two, "
+        "run-to-run spread of either) of the fastest median; tie-break: name order")
+
+
+def noise_ms(best: TimingStats, other: TimingStats, tie_tolerance: float) -> float:
+    return max(tie_tolerance * best.median_ms, (best.iqr_ms + other.iqr_ms) / 2,
+               best.run_spread_ms, other.run_spread_ms)
+
+
+@dataclass(frozen=True)
+class Choice:
+    winner: Measurement
+    fastest: Measurement                      # smallest median (may differ from the winner within noise)
+    ties: tuple[str, ...]                     # names within noise of the fastest, winner included, sorted
+    candidates: int                           # kernels that ran correctly on this problem
+    margin_ms: float | None                   # next non-tied kernel's median minus the fastest's (None: no other)
+
+
+def choose(candidates: Iterable[Measurement], tie_tolerance: float = 0.01) -> Choice | None:
+    """The stable best of `candidates` (kernels on one op and problem); None if none ran correctly."""
+    ok = [c for c in candidates if c.ok]
+    if not ok:
+        return None
+    # fastest by median; name order breaks exact equality so the choice never depends on input order
+    ok.sort(key=lambda c: (c.stats.median_ms, c.name))  # type: ignore[union-attr]
+    fastest = ok[0]
+    fs = fastest.stats
+    assert fs is not None
+    tied = [c for c in ok if c.stats.median_ms - fs.median_ms <= noise_ms(fs, c.stats, tie_tolerance)]  # type: ignore[union-attr]
+    tied_ids = {id(c) for c in tied}
+    rest = [c for c in ok if id(c) not in tied_ids]
+    winner = min(tied, key=lambda c: c.name)
+    margin = (rest[0].stats.median_ms - fs.median_ms) if rest else None  # type: ignore[union-attr]
+    return Choice(winner=winner, fastest=fastest, ties=tuple(sorted(c.name for c in tied)), candidates=len(ok),
+                  margin_ms=margin)
+
+
+def group_key(m: Measurement) -> tuple[str, tuple[int, int, int, int]]:
+    p = m.problem
+    return (m.op.key, (p.m, p.n, p.k, p.batch))
+
+
+def choose_all(measurements: Iterable[Measurement], tie_tolerance: float = 0.01) -> dict[tuple, Choice]:
+    """(op key, problem) -> Choice, over the kernel measurements."""
+    groups: dict[tuple, list[Measurement]] = defaultdict(list)
+    for m in measurements:
+        if m.kind == "kernel":
+            groups[group_key(m)].append(m)
+    out = {}
+    for key in sorted(groups):
+        ch = choose(groups[key], tie_tolerance)
+        if ch is not None:
+            out[key] = ch
+    return out
+
+
+def measurement_key(m: Measurement) -> tuple:
+    p = m.problem
+    return (m.kind, m.name, m.op.key, (p.m, p.n, p.k, p.batch))
+
+
+def tuning_table(choices: dict[tuple, Choice], figures: dict[tuple, dict[str, Any]], env: dict[str, Any],
+                 tie_tolerance: float) -> dict[str, Any]:
+    """The tuning table JSON. `figures` maps measurement_key(m) -> derived figures (tflops, ratio, ...)."""
+    entries = []
+    for key in sorted(choices):
+        ch = choices[key]
+        w = ch.winner
+        f = figures.get(measurement_key(w), {})
+        entries.append({
+            "op": w.op.to_json(),
+            "problem": w.problem.as_dict(),
+            "kernel": w.name,
+            "manifest": w.manifest,
+            "median_ms": w.stats.median_ms if w.stats else None,
+            "iqr_ms": w.stats.iqr_ms if w.stats else None,
+            "tflops": f.get("tflops"),
+            "gbs": f.get("gbs"),
+            "pct_peak": f.get("pct_peak"),
+            "baseline": f.get("baseline"),
+            "baseline_ms": f.get("baseline_ms"),
+            "ratio_to_baseline": f.get("ratio"),
+            "fastest": ch.fastest.name,
+            "ties": list(ch.ties),
+            "candidates": ch.candidates,
+            "margin_ms": ch.margin_ms,
+        })
+    return {
+        "schema_version": TUNING_SCHEMA_VERSION,
+        "kind": "emitter.tuning_table",
+        "gpu": {k: env.get(k) for k in ("name", "sm_count", "cc")} if env else {},
+        "emitter_version": env.get("emitter_version") if env else None,
+        "selection": {"rule": RULE, "tie_tolerance": tie_tolerance},
+        "entries": entries,
+    }

@@ -1,0 +1,255 @@
+"""Timing on the GPU: device events around each launch, warm-up first, inputs rotated past L2.
+
+How one measurement goes (EventTimer.measure):
+  1. warm-up: `warmup` launches (or `warmup_ms`), cycling the input sets, so module load, cuBLAS handle
+     and workspace creation and clock ramp-up stay out of the numbers;
+  2. a probe: a few launches give the GPU time per launch and the host's cost to enqueue one timed launch
+     (two event records + the launch); `min_duration_ms` turns the GPU time into an iteration count;
+  3. `repeats` blocks of `iterations` launches, each between its own event pair, the inputs rotated so the
+     working set of consecutive launches exceeds the L2 cache (read off the device; 50 MB on H100, 60 MB on
+     H200): a launch never finds its operands in L2 because its predecessor left them there.
+     Launches are enqueued in chunks behind a *blocking kernel* (one thread spinning on %globaltimer for
+     the time the host needs to enqueue the chunk), so small kernels queue back to back and the events
+     time the GPU's work, not Python's launch overhead (nvbench does the same).
+Samples go to emitter.profile.stats.TimingStats (median, IQR, per-repeat medians).
+
+PyCUDA is imported inside functions only; everything runs on the primary context (shared with torch).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from emitter.profile.config import Timing
+from emitter.profile.stats import TimingStats
+
+# A one-thread kernel that spins until `ns` nanoseconds of %globaltimer have passed. PTX, so the driver
+# JIT-compiles it for whatever GPU is there and no nvcc is needed at run time.
+SPIN_PTX = """\
+.version 7.0
+.target sm_70
+.address_size 64
+
+.visible .entry emitter_profile_spin(.param .u64 emitter_profile_spin_ns)
+{
+	.reg .pred 	%p<2>;
+	.reg .b64 	%rd<5>;
+
+	ld.param.u64 	%rd1, [emitter_profile_spin_ns];
+	mov.u64 	%rd2, %globaltimer;
+$L_spin:
+	mov.u64 	%rd3, %globaltimer;
+	sub.s64 	%rd4, %rd3, %rd2;
+	setp.lt.u64 	%p1, %rd4, %rd1;
+	@%p1 bra 	$L_spin;
+	ret;
+}
+"""
+
+CHUNK = 128               # launches queued behind one blocking kernel (3 queue entries each)
+MAX_SPIN_MS = 50.0
+PROBE_LAUNCHES = 8
+MAX_SETS = 64
+
+
+def rotation_sets(bytes_per_set: int, l2_bytes: int, rotate: int | str | bool, free_bytes: int | None = None,
+                  budget_fraction: float = 0.4) -> int:
+    """How many input sets to cycle so consecutive launches' working set exceeds L2.
+
+    auto: enough sets to cover twice the L2 size, at least 2 (so even a huge problem does not re-read
+    the tail its predecessor left in L2), within `budget_fraction` of the free device memory."""
+    if rotate is False or bytes_per_set <= 0:
+        return 1
+    target = 2 * l2_bytes if rotate == "auto" else int(rotate)
+    sets = max(2, math.ceil(target / bytes_per_set) + 1)
+    sets = min(sets, MAX_SETS)
+    if free_bytes is not None:
+        fit = int(free_bytes * budget_fraction) // max(bytes_per_set, 1)
+        sets = max(1, min(sets, fit))
+    return sets
+
+
+@dataclass
+class Measured:
+    stats: TimingStats
+    iterations: int
+    warmup_launches: int
+    host_us_per_launch: float
+    spin_ms: float
+
+    def extra(self) -> dict[str, Any]:
+        return {"iterations": self.iterations, "warmup_launches": self.warmup_launches,
+                "host_us_per_launch": round(self.host_us_per_launch, 3), "spin_ms": round(self.spin_ms, 4)}
+
+
+def iterations_for(timing: Timing, est_ms: float) -> int:
+    if timing.iterations is not None:
+        return min(timing.iterations, timing.max_iterations)
+    est_ms = max(est_ms, 1e-4)
+    return int(max(10, min(timing.max_iterations, math.ceil((timing.min_duration_ms or 0.0) / est_ms))))
+
+
+class EventTimer:
+    """Times `launch(i)` (which enqueues one launch on `stream` using input set i) with event pairs."""
+
+    def __init__(self, stream: Any, timing: Timing) -> None:
+        import pycuda.driver as drv
+
+        self.drv = drv
+        self.stream = stream
+        self.timing = timing
+        self._events: list[tuple[Any, Any]] = []
+        self._spin = None
+        if timing.blocking_kernel:
+            mod = drv.module_from_buffer(SPIN_PTX.encode())
+            self._spin_module = mod
+            self._spin = mod.get_function("emitter_profile_spin")
+            self._spin.prepare("Q")
+
+    def _pairs(self, n: int) -> list[tuple[Any, Any]]:
+        while len(self._events) < n:
+            self._events.append((self.drv.Event(), self.drv.Event()))
+        return self._events[:n]
+
+    def _block(self, ms: float) -> None:
+        if self._spin is not None and ms > 0:
+            self._spin.prepared_async_call((1, 1, 1), (1, 1, 1), self.stream, np.uint64(int(ms * 1e6)))
+
+    def _timed_chunk(self, launch: Callable[[int], None], first: int, count: int, spin_ms: float) -> tuple[list[float], float]:
+        pairs = self._pairs(count)
+        self._block(spin_ms)
+        t0 = time.perf_counter()
+        stream = self.stream
+        for j in range(count):
+            start, end = pairs[j]
+            start.record(stream)
+            launch(first + j)
+            end.record(stream)
+        host_s = time.perf_counter() - t0
+        pairs[count - 1][1].synchronize()
+        return [end.time_since(start) for start, end in pairs[:count]], host_s
+
+    def measure(self, launch: Callable[[int], None], sets: int = 1) -> Measured:
+        t = self.timing
+        # 1. warm-up
+        n = 0
+        t0 = time.perf_counter()
+        while n < t.warmup or (t.warmup_ms and (time.perf_counter() - t0) * 1e3 < t.warmup_ms):
+            launch(n % max(sets, 1))
+            n += 1
+            if n >= 1_000_000:
+                break
+        self.stream.synchronize()
+        # 2. probe: GPU time per launch and the host's enqueue cost, behind a generous blocking kernel
+        probe, host_s = self._timed_chunk(lambda i: launch(i % max(sets, 1)), n, PROBE_LAUNCHES, 5.0)
+        est_ms = float(np.median(probe))
+        host_us = host_s / PROBE_LAUNCHES * 1e6
+        iters = iterations_for(t, est_ms)
+        chunk = min(CHUNK, iters)
+        # hold the stream while the host queues a chunk, unless the GPU work alone outlasts the enqueue
+        spin_ms = 0.0
+        if self._spin is not None and est_ms * 1e3 < 2 * host_us:
+            spin_ms = min(MAX_SPIN_MS, 1.3 * chunk * host_us / 1e3 + 0.05)
+        # 3. repeats x iterations
+        groups: list[list[float]] = []
+        idx = n + PROBE_LAUNCHES
+        for _ in range(t.repeats):
+            samples: list[float] = []
+            left = iters
+            while left > 0:
+                c = min(chunk, left)
+                got, _host = self._timed_chunk(lambda i: launch(i % max(sets, 1)), idx, c, spin_ms)
+                samples += got
+                idx += c
+                left -= c
+            groups.append(samples)
+        return Measured(TimingStats.from_samples(groups), iters, n, host_us, spin_ms)
+
+
+# ------------------------------------------------------------------------------------------ device memory
+_RNG_CHUNK_ELEMS = 1 << 22      # 4 Mi random elements generated on the host, tiled into device buffers
+
+
+class DeviceArena:
+    """PyCUDA allocations for one measurement, freed together; random fills that are never all zeros."""
+
+    def __init__(self, seed: int = 0) -> None:
+        import pycuda.driver as drv
+
+        self.drv = drv
+        self.allocations: list[Any] = []
+        self.rng = np.random.default_rng(seed)
+        self._chunks: dict[str, np.ndarray] = {}
+
+    def alloc(self, nbytes: int) -> int:
+        buf = self.drv.mem_alloc(max(int(nbytes), 1))
+        self.allocations.append(buf)
+        return int(buf)
+
+    def _random_chunk(self, dtype: Any) -> np.ndarray:
+        """Host storage of random values of `dtype` (emitter.dtypes.DType), never zero-filled."""
+        from emitter.runtime.hostdata import encode
+
+        key = dtype.yaml
+        if key not in self._chunks:
+            if dtype.is_float:
+                vals = self.rng.uniform(-1.0, 1.0, _RNG_CHUNK_ELEMS)
+                if dtype.is_fp8:
+                    vals *= 4.0
+            else:
+                vals = self.rng.integers(-8, 9, _RNG_CHUNK_ELEMS).astype(np.float64)
+            self._chunks[key] = np.ascontiguousarray(encode(vals, dtype))
+        return self._chunks[key]
+
+    def fill_random(self, ptr: int, dtype: Any, count: int) -> None:
+        chunk = self._random_chunk(dtype)
+        itemsize = chunk.dtype.itemsize
+        done = 0
+        offset = int(self.rng.integers(0, len(chunk) // 2))   # sets differ from each other
+        while done < count:
+            n = min(count - done, len(chunk) - offset)
+            self.drv.memcpy_htod(ptr + done * itemsize, chunk[offset:offset + n])
+            done += n
+            offset = 0
+
+    def fill_bytes(self, ptr: int, pattern: np.ndarray, count: int) -> None:
+        """Fill `count` elements with one element's bit pattern (the output poison)."""
+        bits = pattern.reshape(-1)[:1]
+        width = bits.dtype.itemsize
+        if width == 1:
+            self.drv.memset_d8(ptr, int(bits.view(np.uint8)[0]), count)
+        elif width == 2:
+            self.drv.memset_d16(ptr, int(bits.view(np.uint16)[0]), count)
+        elif width == 4:
+            self.drv.memset_d32(ptr, int(bits.view(np.uint32)[0]), count)
+        else:
+            host = np.full(count, bits[0], dtype=bits.dtype)
+            self.drv.memcpy_htod(ptr, host)
+
+    def to_host(self, ptr: int, storage_dtype: np.dtype, count: int) -> np.ndarray:
+        out = np.empty(count, dtype=storage_dtype)
+        self.drv.memcpy_dtoh(out, ptr)
+        return out
+
+    def free(self) -> None:
+        for a in self.allocations:
+            try:
+                a.free()
+            except Exception:
+                pass
+        self.allocations.clear()
+
+
+def free_memory() -> int | None:
+    try:
+        import pycuda.driver as drv
+
+        free, _total = drv.mem_get_info()
+        return int(free)
+    except Exception:
+        return None

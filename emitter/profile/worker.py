@@ -1,0 +1,424 @@
+"""One profiling process on one GPU: `python -m emitter.profile.worker JOB.json`.
+
+A job is self-contained (a file in, a JSON-lines file out), so the runner can start one per GPU here, or
+elsewhere (a Ray task on a GPU node) unchanged. The worker appends to `job["out"]`:
+    {"type": "env", ...}                               what it runs on
+    {"type": "start", "name", "problem", "op"}         before each kernel measurement
+    {"type": "result", "measurement": {...}}           after it (any status)
+    {"type": "done"}
+A CUDA fault poisons the context, so the worker records it and exits (code 3); the runner reads the
+last "start" without a "result", and restarts the worker without that kernel for that problem.
+
+Order: problem by problem; for each op (dtypes + layouts + epilogue) the operand sets are allocated and
+filled once, the cuBLAS baseline runs on them, then every kernel of that op (check, then timing).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import sys
+import traceback
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Callable, TextIO
+
+import numpy as np
+
+from emitter.profile.config import Problem, ProfileConfig
+from emitter.profile.records import (
+    CHECK_FAILED, FAILED, FAULT, NOT_APPLICABLE, OK, UNAVAILABLE, Measurement, Op,
+)
+from emitter.profile.stats import TimingStats
+
+EXIT_FAULT = 3
+
+
+class JobLog:
+    def __init__(self, path: str | Path) -> None:
+        self.f: TextIO = open(path, "a", encoding="utf-8")
+
+    def write(self, obj: dict[str, Any]) -> None:
+        self.f.write(json.dumps(obj, sort_keys=True) + "\n")
+        self.f.flush()
+        os.fsync(self.f.fileno())
+
+    def close(self) -> None:
+        self.f.close()
+
+
+def _say(gpu: int, text: str) -> None:
+    print(f"[gpu{gpu}] {text}", file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------------------ engines
+class GpuEngine:
+    """Real measurements: PyCUDA backend, device-resident rotated operands, event timing, torch cuBLAS."""
+
+    def __init__(self, config: ProfileConfig, gpu: int) -> None:
+        from emitter.runtime.backend import create_backend
+
+        self.backend = create_backend("pycuda")
+        import pycuda.driver as drv
+
+        from emitter.profile.baselines import torch_available
+        from emitter.profile.timing import EventTimer
+
+        self.drv = drv
+        self.config = config
+        self.gpu = gpu
+        self.stream = drv.Stream()
+        self.timer = EventTimer(self.stream, config.timing)
+        self.use_torch = torch_available()
+        if self.use_torch:
+            import torch
+
+            torch.cuda.init()
+        self._env: dict[str, Any] | None = None
+
+    def env(self) -> dict[str, Any]:
+        from emitter.profile.device import gpu_env
+
+        if self._env is None:
+            self._env = gpu_env(self.gpu)
+        return self._env
+
+    def load(self, root: Path, entry: dict[str, Any]) -> Any:
+        return self.backend.load(root, entry)
+
+    def prepare(self, op: Op, problem: Problem) -> Any:
+        from emitter.profile.timing import free_memory, rotation_sets
+        from emitter.profile.workload import ProblemData, set_bytes
+
+        nbytes = set_bytes(op, problem, self.config.beta)
+        sets = rotation_sets(nbytes, int(self.env()["l2_bytes"]), self.config.timing.rotate, free_memory())
+        return ProblemData.allocate(op, problem, self.config.alpha, self.config.beta, sets)
+
+    def extra(self, data: Any) -> dict[str, Any]:
+        return {"rotation_sets": len(data.sets), "working_set_bytes": data.working_set_bytes,
+                "l2_bytes": int(self.env()["l2_bytes"])}
+
+    def baseline(self, data: Any, name: str) -> Measurement:
+        from emitter.profile.baselines import BaselineUnavailable, cublas
+
+        m = Measurement(kind="baseline", name=name, provider="cuBLAS via torch", op=data.op, problem=data.problem,
+                        gpu=self.gpu)
+        try:
+            b = cublas(data, self.stream)
+        except BaselineUnavailable as e:
+            m.status, m.reason = UNAVAILABLE, str(e)
+            return m
+        m.provider = b.provider
+        measured = self.timer.measure(b.launch, len(data.sets))
+        m.stats = measured.stats
+        m.extra = {**self.extra(data), **measured.extra()}
+        return m
+
+    def kernel(self, kernel: Any, data: Any, m: Measurement) -> Measurement:
+        from emitter.profile.check import check, poison_d
+        from emitter.profile.workload import KernelLaunch
+
+        launch = KernelLaunch(kernel, data, self.stream)
+        try:
+            # the check: poison D of set 0, one launch, compare with the reference
+            poison_d(data, 0)
+            launch(0)
+            self.stream.synchronize()
+            if self.config.check:
+                m.check = check(data, kernel.config, self.use_torch)
+                if not m.check["passed"]:
+                    m.status, m.reason = CHECK_FAILED, m.check["reason"]
+                    return m
+            measured = self.timer.measure(launch, len(data.sets))
+            m.stats = measured.stats
+            m.extra = {**self.extra(data), **measured.extra(), "launch": launch.info}
+            if self.config.check:
+                # again after hundreds of launches: catches state (workspace, semaphores) that goes stale
+                poison_d(data, 0)
+                launch(0)
+                self.stream.synchronize()
+                after = check(data, kernel.config, self.use_torch)
+                m.check["after_timing"] = {k: after[k] for k in ("passed", "rel_err", "nan", "unwritten")}
+                if not after["passed"]:
+                    m.status, m.reason = CHECK_FAILED, "wrong after the timed launches: " + str(after["reason"])
+            return m
+        finally:
+            launch.free()
+
+    def release(self, data: Any) -> None:
+        data.free()
+
+    def classify(self, e: BaseException) -> tuple[str, bool]:
+        """(status, fatal) for an exception raised while measuring."""
+        from emitter.profile.workload import is_sticky
+        from emitter.runtime.backend import CannotImplement, CudaFault, NotBuilt, RuntimeBackendError
+
+        if isinstance(e, CannotImplement):
+            return NOT_APPLICABLE, False
+        if isinstance(e, CudaFault):
+            return FAULT, True
+        if isinstance(e, self.drv.Error):
+            return (FAULT, True) if is_sticky(str(e)) or not self._context_ok() else (FAILED, False)
+        if isinstance(e, (NotBuilt, RuntimeBackendError)):
+            return FAILED, False
+        if type(e).__name__ == "OutOfMemoryError" or "out of memory" in str(e).lower():
+            return FAILED, False
+        return FAILED, not self._context_ok()
+
+    def _context_ok(self) -> bool:
+        try:
+            self.drv.Context.synchronize()
+            return True
+        except self.drv.Error:
+            return False
+
+
+def _unit(*parts: Any) -> float:
+    h = hashlib.sha256("|".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(h[:8], "little") / 2 ** 64
+
+
+class FakeEngine:
+    """CI: no GPU. The numpy FakeBackend runs each kernel once (on the problem shrunk to at most 64^3, so its
+    planted faults fire) for the check; times come from a deterministic model with seeded noise."""
+
+    def __init__(self, config: ProfileConfig, gpu: int, faults: list[dict[str, Any]] | None = None,
+                 model: dict[str, Any] | None = None) -> None:
+        from emitter.runtime.backend import create_backend
+
+        self.backend = create_backend("fake", {"faults": faults or []})
+        self.config = config
+        self.gpu = gpu
+        self.model = {"tflops": 700.0, "baseline_tflops": 700.0, "spread": 0.004, "launch_us": 4.0,
+                      "hbm_tbs": 3.35, **(model or {})}
+
+    def env(self) -> dict[str, Any]:
+        from emitter.profile.device import fake_env
+
+        return fake_env()
+
+    def load(self, root: Path, entry: dict[str, Any]) -> Any:
+        return self.backend.load(root, entry)
+
+    def prepare(self, op: Op, problem: Problem) -> Any:
+        return {"op": op, "problem": problem}
+
+    def extra(self, data: Any) -> dict[str, Any]:
+        return {"rotation_sets": 2, "working_set_bytes": 0, "l2_bytes": 50 * 1024 * 1024}
+
+    def _stats(self, rate_tflops: float, data: Any, *seed: Any) -> TimingStats:
+        from emitter.profile.records import min_bytes
+
+        p: Problem = data["problem"]
+        t_ms = p.flops / (rate_tflops * 1e12) * 1e3 + min_bytes(data["op"], p, self.config.beta) / (
+            self.model["hbm_tbs"] * 1e12) * 1e3 + self.model["launch_us"] * 1e-3
+        rng = np.random.default_rng(int(_unit(*seed) * 2 ** 63))
+        it = self.config.timing.iterations or 50
+        groups = [list(t_ms * (1 + self.model["spread"] * rng.standard_normal(it))) for _ in range(self.config.timing.repeats)]
+        return TimingStats.from_samples([[abs(x) for x in g] for g in groups])
+
+    def baseline(self, data: Any, name: str) -> Measurement:
+        m = Measurement(kind="baseline", name=name, provider="fake cuBLAS (model)", op=data["op"],
+                        problem=data["problem"], gpu=self.gpu)
+        m.stats = self._stats(self.model["baseline_tflops"], data, "baseline", data["problem"].key, data["op"].key)
+        m.extra = self.extra(data)
+        return m
+
+    def kernel(self, kernel: Any, data: Any, m: Measurement) -> Measurement:
+        from emitter.profile.check import tolerance
+        from emitter.runtime.backend import GemmBuffers, GemmProblem
+        from emitter.runtime.hostdata import MatrixLayout, decode, encode, poison_value
+
+        cfg = kernel.config
+        p: Problem = data["problem"]
+        small = GemmProblem(min(p.m, 64), min(p.n, 64), min(p.k, 64), batch=p.batch,
+                            alpha=self.config.alpha, beta=self.config.beta).resolved(cfg)
+        rng = np.random.default_rng(0)
+        la = MatrixLayout(small.m, small.k, cfg.row_major_a, small.lda, small.batch, small.batch_stride_a)
+        lb = MatrixLayout(small.k, small.n, cfg.row_major_b, small.ldb, small.batch, small.batch_stride_b)
+        lc = MatrixLayout(small.m, small.n, cfg.row_major_c, small.ldc, small.batch, small.batch_stride_c)
+        A = encode(rng.uniform(-1, 1, la.elements()), cfg.a)
+        B = encode(rng.uniform(-1, 1, lb.elements()), cfg.b)
+        C = encode(rng.uniform(-1, 1, lc.elements()), cfg.c) if self.config.beta else None
+        D = np.full(lc.elements(), poison_value(cfg.d))
+        self.backend.problem_label = p.key
+        res = self.backend.run(kernel, small, GemmBuffers(A, B, C, D))
+        ref = small.alpha * np.matmul(decode(la.gather(A), cfg.a), decode(lb.gather(B), cfg.b))
+        if C is not None:
+            ref = ref + small.beta * decode(lc.gather(C), cfg.c)
+        from emitter.profile.check import _np_activation, _verdict
+
+        ref = _np_activation(ref, cfg.activation, cfg.clamp_min, cfg.clamp_max, cfg.gelu)
+        got_store = lc.gather(res.D)
+        from emitter.runtime.hostdata import bits_of
+
+        unwritten = int(np.count_nonzero(bits_of(got_store) == bits_of(np.asarray(poison_value(cfg.d)).reshape(1))[0]))
+        got = decode(got_store, cfg.d)
+        nan = int(np.count_nonzero(np.isnan(got)))
+        rel = float(np.linalg.norm(np.nan_to_num(got) - ref) / max(np.linalg.norm(ref), 1e-300))
+        tol = tolerance(cfg)
+        ok, why = _verdict(rel, nan, unwritten, tol)
+        if self.config.check:
+            m.check = {"passed": ok, "rel_err": rel, "tolerance": tol, "nan": nan, "unwritten": unwritten,
+                       "reference": f"fake backend, numpy float64 on {small.m}x{small.n}x{small.k}", "reason": why}
+            if not ok:
+                m.status, m.reason = CHECK_FAILED, why
+                return m
+        factor = 0.75 + 0.5 * _unit("rate", kernel.name)        # each kernel its own speed
+        m.stats = self._stats(self.model["tflops"] * factor, data, kernel.name, p.key, data["op"].key)
+        m.extra = self.extra(data)
+        return m
+
+    def release(self, data: Any) -> None:
+        pass
+
+    def classify(self, e: BaseException) -> tuple[str, bool]:
+        from emitter.runtime.backend import CannotImplement, CudaFault
+
+        if isinstance(e, CannotImplement):
+            return NOT_APPLICABLE, False
+        if isinstance(e, CudaFault):
+            return FAULT, True
+        return FAILED, False
+
+
+# ------------------------------------------------------------------------------------------ the job
+def _short(e: BaseException) -> str:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = None) -> int:
+    """Run one job (see module doc); returns the process exit code."""
+    config = ProfileConfig.from_json(job["config"])
+    gpu = int(job.get("gpu", 0))
+    log = JobLog(job["out"])
+    skip = {(s[0], s[1]) for s in job.get("skip", [])}
+    skip_names = set(job.get("skip_names", []))
+    try:
+        if engine_factory is not None:
+            engine = engine_factory(config, gpu)
+        elif job.get("backend", "pycuda") == "fake":
+            engine = FakeEngine(config, gpu, job.get("faults"), job.get("model"))
+        else:
+            engine = GpuEngine(config, gpu)
+    except Exception as e:   # no GPU, no PyCUDA: every measurement fails with the reason
+        log.write({"type": "fatal", "reason": _short(e)})
+        log.close()
+        _say(gpu, f"cannot start: {_short(e)}")
+        return 2
+    env = engine.env()
+    log.write({"type": "env", "gpu": gpu, "env": env})
+    _say(gpu, f"{env.get('name')}: {len(job['problems'])} problems x {len(job['instances'])} kernels")
+
+    # load every kernel once; a kernel that cannot load fails on every problem, with the reason
+    kernels: "OrderedDict[str, tuple[Any, Op, str, str | None]]" = OrderedDict()
+    for inst in job["instances"]:
+        entry, root = inst["entry"], Path(inst["root"])
+        op = Op.from_config(entry["config"])
+        kernel, why = None, None
+        if entry["name"] in skip_names:
+            why = "skipped: faulted on earlier problems"
+        else:
+            try:
+                kernel = engine.load(root, entry)
+            except Exception as e:
+                status, fatal = engine.classify(e)
+                why = _short(e)
+                if fatal:
+                    log.write({"type": "result", "measurement": Measurement(
+                        "kernel", entry["name"], "emitter", op, Problem(1, 1, 1), FAULT, why, gpu,
+                        inst.get("manifest")).to_json()})
+                    return EXIT_FAULT
+        kernels[entry["name"]] = (kernel, op, inst.get("manifest"), why)
+
+    ops: "OrderedDict[str, tuple[Op, list[str]]]" = OrderedDict()
+    for name, (_k, op, _man, _why) in kernels.items():
+        ops.setdefault(op.key, (op, []))[1].append(name)
+
+    for pd in job["problems"]:
+        problem = Problem.from_dict(pd)
+        for op_key, (op, names) in ops.items():
+            todo = [n for n in names if (n, problem.key) not in skip]
+            if not todo:
+                continue
+            try:
+                data = engine.prepare(op, problem)
+            except Exception as e:
+                status, fatal = engine.classify(e)
+                for n in todo:
+                    _k, _op, man, _w = kernels[n]
+                    log.write({"type": "result", "measurement": Measurement(
+                        "kernel", n, "emitter", op, problem, FAILED if not fatal else FAULT,
+                        f"operands could not be prepared: {_short(e)}", gpu, man).to_json()})
+                if fatal:
+                    return EXIT_FAULT
+                continue
+            try:
+                if ("baseline", op_key, problem.key) not in {tuple(s) for s in job.get("skip_baselines", [])}:
+                    for bname in config.baselines:
+                        log.write({"type": "start", "kind": "baseline", "name": bname, "problem": problem.key, "op": op_key})
+                        try:
+                            bm = engine.baseline(data, bname)
+                        except Exception as e:
+                            status, fatal = engine.classify(e)
+                            bm = Measurement("baseline", bname, "cuBLAS via torch", op, problem, status, _short(e), gpu)
+                            log.write({"type": "result", "measurement": bm.to_json()})
+                            if fatal:
+                                return EXIT_FAULT
+                            continue
+                        log.write({"type": "result", "measurement": bm.to_json()})
+                        if bm.ok:
+                            _say(gpu, f"{problem.key:>22} {op_key:<28} {bname:<12} {bm.stats.median_ms * 1e3:10.1f} us")
+                for n in todo:
+                    kernel, _op, man, why = kernels[n]
+                    m = Measurement("kernel", n, "emitter", op, problem, OK, None, gpu, man)
+                    if kernel is None:
+                        m.status, m.reason = FAILED, why
+                        log.write({"type": "result", "measurement": m.to_json()})
+                        continue
+                    log.write({"type": "start", "kind": "kernel", "name": n, "problem": problem.key, "op": op_key})
+                    try:
+                        m = engine.kernel(kernel, data, m)
+                    except Exception as e:
+                        status, fatal = engine.classify(e)
+                        m.status, m.reason = status, _short(e)
+                        if status == FAILED and os.environ.get("EMITTER_PROFILE_DEBUG"):
+                            traceback.print_exc()
+                        log.write({"type": "result", "measurement": m.to_json()})
+                        if fatal:
+                            _say(gpu, f"{problem.key:>22} {n}: CUDA fault ({m.reason}); restarting")
+                            return EXIT_FAULT
+                        continue
+                    log.write({"type": "result", "measurement": m.to_json()})
+                    if m.ok:
+                        tf = problem.flops / (m.stats.median_ms * 1e-3) / 1e12
+                        _say(gpu, f"{problem.key:>22} {n[:60]:<60} {m.stats.median_ms * 1e3:10.1f} us {tf:7.1f} TFLOP/s")
+                    else:
+                        _say(gpu, f"{problem.key:>22} {n[:60]:<60} {m.status}: {m.reason}")
+            finally:
+                try:
+                    engine.release(data)
+                except Exception:
+                    pass
+    log.write({"type": "done"})
+    log.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m emitter.profile.worker JOB.json", file=sys.stderr)
+        return 2
+    job = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    return run_job(job)
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)   # skip atexit context teardown after a fault (it would only raise again)

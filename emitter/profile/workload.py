@@ -1,0 +1,248 @@
+"""Device-resident operands for one (op, problem), shared by every kernel of that op and the baseline.
+
+`ProblemData` allocates `sets` rotated input sets (A, B, C when beta != 0, D, bias) in PyCUDA memory,
+fills them with random values (never zeros) from a seed that depends only on the op and the problem, so
+every kernel and the cuBLAS baseline read the same data, and the correctness reference is computed once.
+`KernelLaunch` turns a kernel loaded by the runtime Backend into a launch on set i: the host shim fills
+one Params block per set (their pointers differ), the Params live in device memory, and each launch is
+one cuLaunchKernel of the instance's entry with a pre-packed pointer argument.
+
+The runtime's Backend.run copies host buffers in and D out around a single launch (the verifier's need);
+timing needs device-resident rotated buffers and back-to-back launches, so this module composes the
+Backend's loaded Kernel (its host shim and cubin function) instead of calling run().
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from emitter.dtypes import DType
+from emitter.profile.config import Problem
+from emitter.profile.records import Op
+from emitter.runtime.backend import (
+    CannotImplement, CudaFault, GemmProblem, Kernel, LaunchFailed,
+)
+from emitter.runtime.config import GemmConfig
+from emitter.runtime.hostdata import MatrixLayout, storage_dtype
+
+_DEFAULT_SHARED_LIMIT = 48 * 1024
+
+_STICKY = ("illegal memory access", "illegal address", "unspecified launch failure", "misaligned address",
+           "illegal instruction", "invalid program counter", "device-side assert", "hardware stack error",
+           "launch timed out", "launch timeout", "context is destroyed", "uncorrectable")
+
+
+def is_sticky(text: str) -> bool:
+    t = text.lower()
+    return any(s in t for s in _STICKY)
+
+
+def op_config(op: Op) -> GemmConfig:
+    """A GemmConfig carrying the op's facts (layouts, dtypes, epilogue) for sizes and references."""
+    entry = {"name": f"op_{op.key}", "family": "gemm", "arch": "?",
+             "config": {"a": op.a, "b": op.b, "c": op.c, "d": op.d, "accumulator": op.accumulator,
+                        "layout_a": op.layout_a, "layout_b": op.layout_b, "layout_c": op.layout_c,
+                        "epilogue": {"activation": op.activation, "bias": op.bias}}}
+    return GemmConfig.from_entry(entry)
+
+
+def gemm_problem(p: Problem, alpha: float, beta: float) -> GemmProblem:
+    return GemmProblem(p.m, p.n, p.k, batch=p.batch, alpha=alpha, beta=beta)
+
+
+@dataclass(frozen=True)
+class Layouts:
+    A: MatrixLayout
+    B: MatrixLayout
+    C: MatrixLayout
+    D: MatrixLayout
+
+
+def layouts(cfg: GemmConfig, gp: GemmProblem) -> Layouts:
+    p = gp.resolved(cfg)
+    return Layouts(
+        A=MatrixLayout(p.m, p.k, cfg.row_major_a, p.lda, p.batch, p.batch_stride_a),
+        B=MatrixLayout(p.k, p.n, cfg.row_major_b, p.ldb, p.batch, p.batch_stride_b),
+        C=MatrixLayout(p.m, p.n, cfg.row_major_c, p.ldc, p.batch, p.batch_stride_c),
+        D=MatrixLayout(p.m, p.n, cfg.row_major_c, p.ldd, p.batch, p.batch_stride_d),
+    )
+
+
+def set_bytes(op: Op, p: Problem, beta: float) -> int:
+    cfg = op_config(op)
+    lay = layouts(cfg, gemm_problem(p, 1.0, beta))
+    n = lay.A.elements() * cfg.a.bytes + lay.B.elements() * cfg.b.bytes + lay.D.elements() * cfg.d.bytes
+    if beta != 0:
+        n += lay.C.elements() * cfg.c.bytes
+    if cfg.bias != "none":
+        n += (p.m if cfg.bias == "row" else p.n) * cfg.c.bytes
+    return n
+
+
+def data_seed(op: Op, p: Problem) -> int:
+    text = f"{op.a}{op.b}{op.c}{op.d}{op.layout}{op.bias}|{p.key}".encode()
+    return int.from_bytes(hashlib.sha256(text).digest()[:8], "little")
+
+
+@dataclass
+class OperandSet:
+    A: int
+    B: int
+    C: int          # 0 when beta == 0
+    D: int
+    bias: int       # 0 when the op has no bias
+
+
+@dataclass
+class ProblemData:
+    op: Op
+    problem: Problem
+    alpha: float
+    beta: float
+    sets: list[OperandSet]
+    cfg: GemmConfig
+    lay: Layouts
+    arena: Any
+    reference: Any = None          # cached correctness reference (check.py)
+    cache: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def gp(self) -> GemmProblem:
+        return gemm_problem(self.problem, self.alpha, self.beta)
+
+    @property
+    def working_set_bytes(self) -> int:
+        return len(self.sets) * set_bytes(self.op, self.problem, self.beta)
+
+    @classmethod
+    def allocate(cls, op: Op, problem: Problem, alpha: float, beta: float, sets: int) -> "ProblemData":
+        from emitter.profile.timing import DeviceArena
+
+        cfg = op_config(op)
+        lay = layouts(cfg, gemm_problem(problem, alpha, beta))
+        arena = DeviceArena(seed=data_seed(op, problem))
+        out = []
+        try:
+            for _ in range(sets):
+                a = arena.alloc(lay.A.elements() * cfg.a.bytes)
+                arena.fill_random(a, cfg.a, lay.A.elements())
+                b = arena.alloc(lay.B.elements() * cfg.b.bytes)
+                arena.fill_random(b, cfg.b, lay.B.elements())
+                c = 0
+                if beta != 0:
+                    c = arena.alloc(lay.C.elements() * cfg.c.bytes)
+                    arena.fill_random(c, cfg.c, lay.C.elements())
+                bias = 0
+                if cfg.bias != "none":
+                    nb = problem.m if cfg.bias == "row" else problem.n
+                    bias = arena.alloc(nb * cfg.c.bytes)
+                    arena.fill_random(bias, cfg.c, nb)
+                d = arena.alloc(lay.D.elements() * cfg.d.bytes)
+                arena.fill_random(d, cfg.d, lay.D.elements())
+                out.append(OperandSet(a, b, c, d, bias))
+        except Exception:
+            arena.free()
+            raise
+        return cls(op, problem, alpha, beta, out, cfg, lay, arena)
+
+    def free(self) -> None:
+        self.arena.free()
+        self.reference = None
+        self.cache.clear()
+
+
+class KernelLaunch:
+    """One loaded kernel prepared on every operand set of a ProblemData."""
+
+    def __init__(self, kernel: Kernel, data: ProblemData, stream: Any) -> None:
+        import pycuda.driver as drv
+
+        from emitter.runtime.shim import (
+            EMITTER_BUFFER_TOO_SMALL, EMITTER_CANNOT_IMPLEMENT, EMITTER_OK, EmitterGemmProblem, status_name,
+        )
+
+        self.drv = drv
+        self.kernel = kernel
+        self.data = data
+        self.stream = stream
+        h = kernel.handle or {}
+        if "shim" not in h or "fn" not in h:
+            raise LaunchFailed(f"{kernel.name}: the backend's kernel handle has no host shim / function "
+                               "(profiling needs the PyCUDA backend)")
+        shim, fn = h["shim"], h["fn"]
+        p = data.gp.resolved(kernel.config)
+        self.launches: list[tuple[tuple[int, int, int], tuple[int, int, int], bytes, int]] = []
+        self.info: dict[str, Any] = {}
+        self._allocs: list[Any] = []
+        try:
+            for s in data.sets:
+                prob = EmitterGemmProblem(
+                    m=p.m, n=p.n, k=p.k, batch_count=p.batch, split_k_slices=p.split_k, reserved0=0,
+                    A=s.A or None, B=s.B or None, C=s.C or None, D=s.D or None, bias=s.bias or None,
+                    lda=p.lda, ldb=p.ldb, ldc=p.ldc, ldd=p.ldd,
+                    batch_stride_A=p.batch_stride_a, batch_stride_B=p.batch_stride_b,
+                    batch_stride_C=p.batch_stride_c, batch_stride_D=p.batch_stride_d,
+                    alpha=p.alpha, beta=p.beta)
+                status, q = shim.query(prob)
+                if status == EMITTER_CANNOT_IMPLEMENT:
+                    raise CannotImplement(f"can_implement is false for {data.problem.key}")
+                if status != EMITTER_OK:
+                    raise LaunchFailed(f"emitter_{kernel.name}_query returned {status_name(status)}")
+                ws = 0
+                if int(q.workspace_bytes) > 0:        # one workspace per set: a set's state is its own
+                    buf = drv.mem_alloc(int(q.workspace_bytes))
+                    self._allocs.append(buf)
+                    ws = int(buf)
+                capacity = max(int(q.params_bytes), 64)
+                status, params, launch = shim.initialize(prob, ws, stream.handle, capacity)
+                if status == EMITTER_BUFFER_TOO_SMALL and launch.params_bytes > capacity:
+                    status, params, launch = shim.initialize(prob, ws, stream.handle, int(launch.params_bytes))
+                if status == EMITTER_CANNOT_IMPLEMENT:
+                    raise CannotImplement(f"initialize: can_implement is false for {data.problem.key}")
+                if status != EMITTER_OK or not params:
+                    raise LaunchFailed(f"emitter_{kernel.name}_initialize returned {status_name(status)}")
+                grid, block = tuple(launch.grid), tuple(launch.block)
+                if min(grid) < 1 or min(block) < 1:
+                    raise LaunchFailed(f"shim returned an empty launch: grid={grid} block={block}")
+                pbuf = drv.mem_alloc(len(params))
+                self._allocs.append(pbuf)
+                drv.memcpy_htod(pbuf, params)
+                shared = int(launch.shared_bytes)
+                if shared > _DEFAULT_SHARED_LIMIT and h.get("shared_set", 0) < shared:
+                    fn.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
+                    h["shared_set"] = shared
+                self.launches.append((grid, block, struct.pack("P", int(pbuf)), shared))
+                self.info = launch.as_dict()
+            stream.synchronize()            # workspace initialisation on the stream
+        except drv.Error as e:
+            self.free()
+            raise (CudaFault if is_sticky(str(e)) else LaunchFailed)(f"{kernel.name}: {e}") from None
+        except Exception:
+            self.free()
+            raise
+        self.fn = fn
+        self._raw = getattr(fn, "_launch_kernel", None)
+
+    def __call__(self, i: int) -> None:
+        grid, block, arg, shared = self.launches[i % len(self.launches)]
+        if self._raw is not None:
+            self._raw(grid, block, arg, shared, self.stream)
+        else:  # pragma: no cover - older PyCUDA
+            self.fn(np.uintp(struct.unpack("P", arg)[0]), grid=grid, block=block, shared=shared, stream=self.stream)
+
+    def free(self) -> None:
+        for a in self._allocs:
+            try:
+                a.free()
+            except Exception:
+                pass
+        self._allocs.clear()
+
+
+def storage_of(dt: DType) -> np.dtype:
+    return storage_dtype(dt)

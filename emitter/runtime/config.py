@@ -1,0 +1,96 @@
+"""The facts about a manifest GEMM instance that running and checking it need, parsed from its `config`.
+
+The manifest is the contract (docs/architecture.md): runtime and verify read `config` (GemmInstance.config()
+as JSON), never the YAML and never the .cu text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from emitter.dtypes import DType
+from emitter.errors import ManifestError
+
+ACTIVATIONS = ("identity", "relu", "gelu", "silu", "sigmoid", "clamp")
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    name: str
+    arch: str
+    a: DType
+    b: DType
+    c: DType
+    d: DType
+    accumulator: DType
+    epilogue_compute: DType
+    row_major_a: bool
+    row_major_b: bool
+    row_major_c: bool
+    op_class: str
+    tile: tuple[int, int, int]
+    alignment_a: int
+    alignment_b: int
+    alignment_c: int
+    activation: str = "identity"
+    bias: str = "none"             # none | row (length M) | column (length N)
+    clamp_min: float = 0.0
+    clamp_max: float = 6.0
+    split_k: str = "none"          # none | serial | parallel
+    batched: bool = False
+    gelu: str = "erf"              # which GELU the epilogue computes: erf (CUTLASS GELU) or tanh (GELU_taylor)
+
+    @property
+    def layout_letters(self) -> str:
+        return "".join("t" if r else "n" for r in (self.row_major_a, self.row_major_b, self.row_major_c))
+
+    @classmethod
+    def from_entry(cls, entry: Mapping[str, Any]) -> "GemmConfig":
+        name = str(entry.get("name", "?"))
+        cfg = entry.get("config")
+        if not isinstance(cfg, Mapping):
+            raise ManifestError(f"instance {name}: manifest entry has no config")
+        if entry.get("family", "gemm") != "gemm":
+            raise ManifestError(f"instance {name}: family {entry.get('family')!r} is not supported by verify (gemm)")
+
+        def dt(key: str, default: str | None = None) -> DType:
+            text = cfg.get(key, default)
+            try:
+                return DType.parse(str(text))
+            except KeyError:
+                raise ManifestError(f"instance {name}: config.{key}={text!r} is not a known dtype "
+                                    f"({', '.join(DType.names())})") from None
+
+        def layout(key: str) -> bool:
+            v = cfg.get(key)
+            if v not in ("row", "col"):
+                raise ManifestError(f"instance {name}: config.{key}={v!r} must be row or col")
+            return v == "row"
+
+        ep = cfg.get("epilogue") or {}
+        act = str(ep.get("activation", "identity"))
+        if act not in ACTIVATIONS:
+            raise ManifestError(f"instance {name}: epilogue activation {act!r} is not one of {', '.join(ACTIVATIONS)}")
+        tile = tuple(int(x) for x in (cfg.get("tile") or (128, 128, 32)))
+        acc = dt("accumulator", "f32")
+        return cls(
+            name=name,
+            arch=str(entry.get("arch", cfg.get("arch", "?"))),
+            a=dt("a"), b=dt("b"), c=dt("c"), d=dt("d", cfg.get("c")),
+            accumulator=acc,
+            epilogue_compute=dt("epilogue_compute", acc.yaml),
+            row_major_a=layout("layout_a"), row_major_b=layout("layout_b"), row_major_c=layout("layout_c"),
+            op_class=str(cfg.get("op_class", "tensorop")),
+            tile=(tile[0], tile[1], tile[2]),
+            alignment_a=int(cfg.get("alignment_a") or 1),
+            alignment_b=int(cfg.get("alignment_b") or 1),
+            alignment_c=int(cfg.get("alignment_c") or 1),
+            activation=act,
+            bias=str(ep.get("bias", "none")),
+            clamp_min=float(ep.get("clamp_min", 0.0)),
+            clamp_max=float(ep.get("clamp_max", 6.0)),
+            split_k=str(cfg.get("split_k", "none")),
+            batched=bool(cfg.get("batched", False)),
+            gelu=str(ep.get("gelu", cfg.get("gelu", "erf"))),
+        )

@@ -1,0 +1,218 @@
+"""The GPU backend: cubin loaded and launched through PyCUDA, Params from the instance's ctypes host shim.
+
+Launch path (DESIGN.md "Launching through PyCUDA"): emitter_<name>_query -> workspace -> 
+emitter_<name>_initialize(problem, workspace, stream, params_buf, capacity, &launch) -> the Params bytes
+go to a device buffer -> raise the dynamic shared-memory limit above 48 KiB -> cuLaunchKernel of
+emitter_<name>_kernel(Params const*) with the shim's grid/block/shared. Cluster kernels carry
+__cluster_dims__ in the cubin, which a plain launch honours.
+
+PyCUDA is imported only inside functions (`pip install emitter[gpu]`), and the primary context is used
+(pycuda.autoprimaryctx) so torch (GPU references) and the shim's CUDA runtime calls share it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from emitter.runtime.backend import (
+    Backend, BackendUnavailable, CannotImplement, CudaFault, GemmBuffers, GemmProblem, Kernel,
+    LaunchFailed, RunResult, build_record,
+)
+from emitter.runtime.config import GemmConfig
+from emitter.runtime.shim import (
+    EMITTER_BUFFER_TOO_SMALL, EMITTER_CANNOT_IMPLEMENT, EMITTER_OK, EmitterGemmProblem, HostShim, ShimError,
+    status_name,
+)
+
+# CUDA errors after which the context is unusable (sticky errors): the worker process must exit.
+_STICKY = (
+    "illegal memory access", "illegal address", "unspecified launch failure", "misaligned address",
+    "illegal instruction", "invalid program counter", "device-side assert", "hardware stack error",
+    "launch timed out", "launch timeout", "context is destroyed", "uncorrectable",
+)
+
+_DEFAULT_SHARED_LIMIT = 48 * 1024
+
+
+def _is_sticky(text: str) -> bool:
+    t = text.lower()
+    return any(s in t for s in _STICKY)
+
+
+class PycudaBackend(Backend):
+    name = "pycuda"
+
+    def __init__(self, device_reference: bool = True) -> None:
+        try:
+            import pycuda.driver as drv  # noqa: F401
+        except ImportError as e:
+            raise BackendUnavailable(f"PyCUDA is not importable ({e}); install it with `pip install emitter[gpu]` "
+                                     "on a machine with an NVIDIA GPU and driver") from None
+        try:
+            import pycuda.autoprimaryctx  # noqa: F401  (retains and pushes the device's primary context)
+        except Exception as e:  # pycuda raises its own Error types (no device, no driver)
+            raise BackendUnavailable(f"no usable CUDA device: {e}") from None
+        self.drv = drv
+        self.device = drv.Context.get_device()
+        self.stream = drv.Stream()
+        self.reference_device = "cuda" if device_reference and importlib.util.find_spec("torch") else None
+
+    # -------------------------------------------------------------------------------------- info
+    def device_name(self) -> str:
+        cc = self.device.compute_capability()
+        return f"{self.device.name()} (sm_{cc[0]}{cc[1]}, {self.device.get_attribute(self.drv.device_attribute.MULTIPROCESSOR_COUNT)} SMs)"
+
+    # -------------------------------------------------------------------------------------- load
+    def load(self, root: Path, entry: Mapping[str, Any]) -> Kernel:
+        root = Path(root)
+        name = str(entry["name"])
+        cfg = GemmConfig.from_entry(entry)
+        record = build_record(root, name)
+        cubin = root / record["artifacts"]["cubin"]
+        host = root / record["artifacts"]["host"]
+        try:
+            shim = HostShim(host, name)
+        except ShimError as e:
+            raise LaunchFailed(str(e)) from None
+        try:
+            module = self.drv.module_from_file(str(cubin))
+            fn = module.get_function(f"emitter_{name}_kernel")
+        except self.drv.Error as e:
+            text = f"cannot load {cubin.name} / emitter_{name}_kernel: {e}"
+            if _is_sticky(str(e)):
+                raise CudaFault(text) from None
+            raise LaunchFailed(text) from None
+        return Kernel(name=name, config=cfg, entry=dict(entry), root=root,
+                      handle={"shim": shim, "module": module, "fn": fn, "record": record, "shared_set": 0})
+
+    # -------------------------------------------------------------------------------------- run
+    def _alloc(self, host: np.ndarray | None, allocations: list) -> int:
+        if host is None:
+            return 0
+        nbytes = max(int(host.nbytes), 1)
+        dev = self.drv.mem_alloc(nbytes)
+        allocations.append(dev)
+        if host.nbytes:
+            self.drv.memcpy_htod(dev, np.ascontiguousarray(host))
+        return int(dev)
+
+    def run(self, kernel: Kernel, problem: GemmProblem, buffers: GemmBuffers) -> RunResult:
+        drv = self.drv
+        h = kernel.handle
+        shim: HostShim = h["shim"]
+        p = problem.resolved(kernel.config)
+        allocations: list = []
+        try:
+            try:
+                ptr_a = self._alloc(buffers.A, allocations)
+                ptr_b = self._alloc(buffers.B, allocations)
+                ptr_c = self._alloc(buffers.C, allocations)
+                ptr_d = self._alloc(buffers.D, allocations)
+                ptr_bias = self._alloc(buffers.bias, allocations)
+            except drv.Error as e:
+                raise (CudaFault if _is_sticky(str(e)) else LaunchFailed)(f"device allocation/copy failed: {e}") from None
+
+            prob = EmitterGemmProblem(
+                m=p.m, n=p.n, k=p.k, batch_count=p.batch, split_k_slices=p.split_k, reserved0=0,
+                A=ptr_a or None, B=ptr_b or None, C=ptr_c or None, D=ptr_d or None, bias=ptr_bias or None,
+                lda=p.lda, ldb=p.ldb, ldc=p.ldc, ldd=p.ldd,
+                batch_stride_A=p.batch_stride_a, batch_stride_B=p.batch_stride_b,
+                batch_stride_C=p.batch_stride_c, batch_stride_D=p.batch_stride_d,
+                alpha=p.alpha, beta=p.beta,
+            )
+            status, q = shim.query(prob)
+            if status == EMITTER_CANNOT_IMPLEMENT:
+                raise CannotImplement(f"{kernel.name}_query: EMITTER_CANNOT_IMPLEMENT (can_implement is false "
+                                      f"for m={p.m} n={p.n} k={p.k} batch={p.batch} split_k={p.split_k})")
+            if status != EMITTER_OK:
+                raise LaunchFailed(f"emitter_{kernel.name}_query returned {status_name(status)}")
+
+            ws_bytes = int(q.workspace_bytes)
+            if ws_bytes < 0:
+                raise LaunchFailed(f"query returned a negative workspace size {ws_bytes}")
+            ws = 0
+            if ws_bytes:
+                dev = drv.mem_alloc(ws_bytes)
+                allocations.append(dev)
+                ws = int(dev)
+
+            capacity = max(int(q.params_bytes), 64)
+            status, params, launch = shim.initialize(prob, ws, self.stream.handle, capacity)
+            if status == EMITTER_BUFFER_TOO_SMALL and launch.params_bytes > capacity:
+                status, params, launch = shim.initialize(prob, ws, self.stream.handle, int(launch.params_bytes))
+            if status == EMITTER_CANNOT_IMPLEMENT:
+                raise CannotImplement(f"{kernel.name}_initialize: EMITTER_CANNOT_IMPLEMENT")
+            if status != EMITTER_OK:
+                raise LaunchFailed(f"emitter_{kernel.name}_initialize returned {status_name(status)}")
+            info = launch.as_dict()
+            grid, block, cluster = tuple(launch.grid), tuple(launch.block), tuple(launch.cluster)
+            if min(grid) < 1 or min(block) < 1:
+                raise LaunchFailed(f"shim returned an empty launch: grid={grid} block={block}")
+            if any(c < 1 or g % c for g, c in zip(grid, cluster)):
+                raise LaunchFailed(f"grid {grid} is not a multiple of the cluster shape {cluster}")
+            if len(params) != launch.params_bytes or not params:
+                raise LaunchFailed(f"shim wrote {len(params)} params bytes, launch says {launch.params_bytes}")
+
+            pbuf = drv.mem_alloc(len(params))
+            allocations.append(pbuf)
+            drv.memcpy_htod(pbuf, params)
+            shared = int(launch.shared_bytes)
+            fn = h["fn"]
+            if shared > _DEFAULT_SHARED_LIMIT and h["shared_set"] < shared:
+                try:
+                    fn.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
+                except drv.Error as e:
+                    raise LaunchFailed(f"cannot allow {shared} bytes of dynamic shared memory: {e}") from None
+                h["shared_set"] = shared
+
+            start, end = drv.Event(), drv.Event()
+            try:
+                self.stream.synchronize()           # the shim's workspace initialisation
+                start.record(self.stream)
+                fn(pbuf, grid=grid, block=block, shared=shared, stream=self.stream)
+                end.record(self.stream)
+                end.synchronize()
+            except drv.Error as e:
+                text = f"{type(e).__name__}: {e}"
+                if _is_sticky(text) or not self._context_ok():
+                    raise CudaFault(text) from None
+                raise LaunchFailed(text) from None
+            time_ms = float(end.time_since(start))
+
+            out = np.empty_like(buffers.D)
+            try:
+                drv.memcpy_dtoh(out, ptr_d)
+            except drv.Error as e:
+                raise CudaFault(f"copying D back failed: {e}") from None
+            return RunResult(D=out, time_ms=time_ms, launch=info)
+        finally:
+            for a in allocations:
+                try:
+                    a.free()
+                except Exception:
+                    pass
+
+    def _context_ok(self) -> bool:
+        try:
+            self.drv.Context.synchronize()
+            return True
+        except self.drv.Error:
+            return False
+
+
+def pycuda_available() -> bool:
+    """True when PyCUDA imports and a CUDA device answers (used to skip GPU tests cleanly)."""
+    if importlib.util.find_spec("pycuda") is None:
+        return False
+    try:
+        import pycuda.driver as drv
+
+        drv.init()
+        return drv.Device.count() > 0
+    except Exception:
+        return False

@@ -1,0 +1,130 @@
+"""ctypes bindings of the host shim ABI (templates/common/emitter_abi.h, EMITTER_ABI_VERSION 1).
+
+The structs here must match emitter_abi.h field for field; tests/test_verify_fake.py compiles a C
+program that prints the C sizes and offsets and compares them with these.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+from emitter.errors import EmitterError
+
+ABI_VERSION = 1
+
+EMITTER_OK = 0
+EMITTER_CANNOT_IMPLEMENT = 1
+EMITTER_INVALID_ARGUMENT = 2
+EMITTER_BUFFER_TOO_SMALL = 3
+EMITTER_CUDA_ERROR = 4
+EMITTER_INTERNAL_ERROR = 5
+
+STATUS_NAMES = {
+    EMITTER_OK: "EMITTER_OK",
+    EMITTER_CANNOT_IMPLEMENT: "EMITTER_CANNOT_IMPLEMENT",
+    EMITTER_INVALID_ARGUMENT: "EMITTER_INVALID_ARGUMENT",
+    EMITTER_BUFFER_TOO_SMALL: "EMITTER_BUFFER_TOO_SMALL",
+    EMITTER_CUDA_ERROR: "EMITTER_CUDA_ERROR",
+    EMITTER_INTERNAL_ERROR: "EMITTER_INTERNAL_ERROR",
+}
+
+
+class EmitterGemmProblem(ctypes.Structure):
+    _fields_ = [
+        ("m", ctypes.c_int),
+        ("n", ctypes.c_int),
+        ("k", ctypes.c_int),
+        ("batch_count", ctypes.c_int),
+        ("split_k_slices", ctypes.c_int),
+        ("reserved0", ctypes.c_int),
+        ("A", ctypes.c_void_p),
+        ("B", ctypes.c_void_p),
+        ("C", ctypes.c_void_p),
+        ("D", ctypes.c_void_p),
+        ("bias", ctypes.c_void_p),
+        ("lda", ctypes.c_longlong),
+        ("ldb", ctypes.c_longlong),
+        ("ldc", ctypes.c_longlong),
+        ("ldd", ctypes.c_longlong),
+        ("batch_stride_A", ctypes.c_longlong),
+        ("batch_stride_B", ctypes.c_longlong),
+        ("batch_stride_C", ctypes.c_longlong),
+        ("batch_stride_D", ctypes.c_longlong),
+        ("alpha", ctypes.c_float),
+        ("beta", ctypes.c_float),
+    ]
+
+
+class EmitterLaunch(ctypes.Structure):
+    _fields_ = [
+        ("grid", ctypes.c_int * 3),
+        ("block", ctypes.c_int * 3),
+        ("cluster", ctypes.c_int * 3),
+        ("shared_bytes", ctypes.c_int),
+        ("params_bytes", ctypes.c_int),
+        ("params_align", ctypes.c_int),
+        ("workspace_bytes", ctypes.c_longlong),
+    ]
+
+    def as_dict(self) -> dict:
+        return {
+            "grid": list(self.grid), "block": list(self.block), "cluster": list(self.cluster),
+            "shared_bytes": int(self.shared_bytes), "params_bytes": int(self.params_bytes),
+            "params_align": int(self.params_align), "workspace_bytes": int(self.workspace_bytes),
+        }
+
+
+class ShimError(EmitterError):
+    """The host shim returned an error status (other than CANNOT_IMPLEMENT) or could not be loaded."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class HostShim:
+    """One instance's host shared library: emitter_<name>_query / _initialize / _name."""
+
+    def __init__(self, path: str | Path, name: str) -> None:
+        self.path = Path(path)
+        self.name = name
+        try:
+            self.lib = ctypes.CDLL(str(self.path))
+        except OSError as e:
+            raise ShimError(f"cannot load host shim {self.path}: {e}") from None
+        try:
+            self._query = getattr(self.lib, f"emitter_{name}_query")
+            self._initialize = getattr(self.lib, f"emitter_{name}_initialize")
+            self._name = getattr(self.lib, f"emitter_{name}_name")
+        except AttributeError as e:
+            raise ShimError(f"host shim {self.path} lacks an ABI symbol: {e}") from None
+        P, L = ctypes.POINTER(EmitterGemmProblem), ctypes.POINTER(EmitterLaunch)
+        self._query.argtypes = [P, L]
+        self._query.restype = ctypes.c_int
+        self._initialize.argtypes = [P, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, L]
+        self._initialize.restype = ctypes.c_int
+        self._name.argtypes = []
+        self._name.restype = ctypes.c_char_p
+
+    def kernel_name(self) -> str:
+        raw = self._name()
+        return raw.decode() if raw else ""
+
+    def query(self, problem: EmitterGemmProblem) -> tuple[int, EmitterLaunch]:
+        out = EmitterLaunch()
+        status = int(self._query(ctypes.byref(problem), ctypes.byref(out)))
+        return status, out
+
+    def initialize(self, problem: EmitterGemmProblem, workspace: int | None, stream: int | None,
+                   capacity: int) -> tuple[int, bytes, EmitterLaunch]:
+        out = EmitterLaunch()
+        buf = ctypes.create_string_buffer(max(int(capacity), 1))
+        status = int(self._initialize(ctypes.byref(problem), ctypes.c_void_p(workspace or None),
+                                      ctypes.c_void_p(stream or None), buf, int(capacity), ctypes.byref(out)))
+        n = int(out.params_bytes) if status == EMITTER_OK else 0
+        return status, buf.raw[:n], out
+
+
+def status_name(status: int) -> str:
+    return STATUS_NAMES.get(status, f"status {status}")

@@ -1,0 +1,120 @@
+"""`emitter verify`: the click command (the lead wires it in via emitter.cli's optional registration)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from emitter.errors import SpecError
+
+
+def _selection_options(f):
+    try:
+        from emitter.selection import selection_options
+
+        return selection_options(f)
+    except ImportError:  # pragma: no cover - selection lands separately
+        f = click.option("--exclude", "exclude", multiple=True, metavar="PATTERN")(f)
+        return click.option("--select", "select", multiple=True, metavar="PATTERN")(f)
+
+
+def _select(entries, select, exclude):
+    from emitter.selection import select as sel
+
+    return sel(entries, select, exclude)
+
+
+@click.command(name="verify")
+@click.argument("out", type=click.Path(path_type=Path), default="generated/demo")
+@_selection_options
+@click.option("--problems", "problems_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="YAML file of problems (`problems: [{m: 1000, n: 517, k: 129, beta: 0.5}]`) instead of the default set")
+@click.option("--m", "m", metavar="INT[,INT]", help="problem M (with --n and --k; comma lists make a product)")
+@click.option("--n", "n", metavar="INT[,INT]", help="problem N")
+@click.option("--k", "k", metavar="INT[,INT]", help="problem K")
+@click.option("--batch", "batch", metavar="INT[,INT]", help="batch count (batched instances)")
+@click.option("--split-k", "split_k", metavar="INT[,INT]", help="split-K slices (split-K instances)")
+@click.option("--alpha", "alpha", metavar="F[,F]", help="alpha (default 1)")
+@click.option("--beta", "beta", metavar="F[,F]", help="beta (default 0)")
+@click.option("--data", type=click.Choice(["both", "int", "normal"]), default="both", show_default=True,
+              help="input data: small integers (exact, bit-for-bit), normal random (dtype tolerance), or both")
+@click.option("--quick", is_flag=True, help="default set without the 4096^3 and long-K problems")
+@click.option("--seed", type=int, default=None, help="base seed (default: fresh; the report prints it for replay)")
+@click.option("--backend", type=click.Choice(["pycuda", "fake"]), default="pycuda", show_default=True,
+              help="pycuda: the GPU; fake: numpy stand-in that needs no GPU (tests the verifier, not kernels)")
+@click.option("--fake-faults", "fake_faults", default=None, hidden=True,
+              help="JSON list of faults to plant in the fake backend (testing)")
+@click.option("--timeout", "timeout", type=float, default=60.0, show_default=True,
+              help="seconds one kernel launch may take before its worker is killed and the case FAILED")
+@click.option("--no-isolation", is_flag=True, help="run kernels in this process (a CUDA fault then ends the run)")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="JSON results (default <out>/verify/results.json)")
+@click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="JUnit XML (default <out>/verify/junit.xml)")
+@click.option("-q", "--quiet", is_flag=True, help="no per-case progress lines")
+def verify_cmd(out: Path, select, exclude, problems_file, m, n, k, batch, split_k, alpha, beta, data, quick, seed,
+               backend, fake_faults, timeout, no_isolation, json_path, junit_path, quiet) -> None:
+    """Launch every built instance in OUT on its problems and check it against a reference.
+
+    Exit code: 0 when nothing FAILED, 1 when any case FAILED, 2 for bad input."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    from emitter.manifest import load, manifest_path
+    from emitter.verify.problems import load_problem_file, problems_from_options
+    from emitter.verify.report import exit_code, print_report, write_json, write_junit
+    from emitter.verify.runner import VerifyOptions, verify
+
+    data_json = load(out)
+    root = manifest_path(out).parent
+    entries = _select(data_json["instances"], select, exclude)
+    user = []
+    if problems_file is not None:
+        if any(v is not None for v in (m, n, k)):
+            raise SpecError("give problems either with --problems or with --m/--n/--k, not both",
+                            file="<command line>", fix="drop one of them")
+        user = load_problem_file(problems_file)
+    else:
+        user = problems_from_options(m, n, k, batch, split_k, alpha, beta, data)
+    options = {}
+    if fake_faults:
+        if backend != "fake":
+            raise SpecError("--fake-faults needs --backend fake", file="<command line>")
+        try:
+            options = {"faults": json.loads(fake_faults)}
+        except json.JSONDecodeError as e:
+            raise SpecError(f"--fake-faults is not JSON: {e.msg}", file="<command line>", value=fake_faults) from None
+    console = Console(stderr=False)
+    if not entries:
+        console.print(f"verify: no instances selected in {root}")
+        sys.exit(1 if data_json["instances"] else 0)
+
+    def progress(r):
+        if quiet:
+            return
+        st = {"PASSED": "[green]PASSED[/]", "FAILED": "[bold red]FAILED[/]", "SKIPPED": "[yellow]SKIPPED[/]"}[r["status"]]
+        err = ""
+        if r.get("check") == "exact" and r["status"] == "PASSED":
+            err = " exact"
+        elif r.get("rel_err") is not None and r.get("tol"):
+            err = f" rel {r['rel_err']:.2e} (tol {r['tol']:g})"
+        t = f" {r['time_ms']:.3f} ms" if r.get("time_ms") else ""
+        why = f": {r['reason']}" if r["status"] != "PASSED" and r.get("reason") else ""
+        console.print(f"{st} " + escape(f"{r['instance']} [{r['problem']}]{err}{t}{why}"), highlight=False, soft_wrap=True)
+
+    run = verify(root, entries, user or None,
+                 VerifyOptions(backend=backend, backend_options=options, isolation=not no_isolation,
+                               launch_timeout_s=timeout, seed=seed, quick=quick, data=data),
+                 progress=progress)
+    print_report(run, console)
+    jp = write_json(run, json_path or root / "verify" / "results.json")
+    jx = write_junit(run, junit_path or root / "verify" / "junit.xml")
+    console.print(f"reports: {jp}  {jx}", highlight=False)
+    sys.exit(exit_code(run))
+
+
+def register(cli_group: click.Group) -> None:
+    cli_group.add_command(verify_cmd, name="verify")

@@ -1,0 +1,294 @@
+"""Reference GEMM in higher precision, the epilogue as CUTLASS defines it, tolerances and the comparison.
+
+D = act(alpha * A @ B + beta * C + bias) in float64: numpy on the host for small problems; torch float64
+on the GPU for large ones when torch is there (it shares PyCUDA's primary context). Activations follow
+cutlass/epilogue/thread/activation.h: ReLu = max(x, 0); GELU = 0.5 x (1 + erf(x / sqrt 2)) (what
+LinearCombinationGELU and the 3.x fusion use; GELU_taylor is the tanh form, selected by `gelu="tanh"`);
+SiLu = x * sigmoid(x); Sigmoid = 1 / (1 + exp(-x)); Clamp = min(max(x, lo), hi). Integer outputs round to
+nearest even and saturate (NumericConverterClamp).
+
+Comparison: every element must have been written (poison gone) and be finite; then either bit for bit
+against the reference rounded to D's type (`exact`: small-integer inputs whose every partial sum is exact),
+or the relative Frobenius error ||D - ref|| / ||ref|| under the dtype's tolerance plus an element-wise bound
+(so one badly wrong element in a large matrix cannot hide in the norm).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from emitter.dtypes import DType
+from emitter.runtime.config import GemmConfig
+from emitter.runtime.hostdata import bits_of, decode, encode, poison_value
+
+# Problems with more multiply-adds than this use the GPU reference when one is available.
+DEVICE_REFERENCE_MIN_MACS = 1 << 27
+
+_SQRT1_2 = 1.0 / math.sqrt(2.0)
+
+
+# ---------------------------------------------------------------------------------------------- activations
+def _erf_numpy(x: np.ndarray) -> np.ndarray:
+    try:
+        from scipy.special import erf  # type: ignore
+
+        return erf(x)
+    except ImportError:
+        return np.frompyfunc(math.erf, 1, 1)(x).astype(np.float64)
+
+
+def apply_activation(z: Any, activation: str, clamp_min: float = 0.0, clamp_max: float = 6.0,
+                     gelu: str = "erf") -> Any:
+    """The epilogue activation on a float64 numpy array or torch tensor (NaN propagates, as in CUTLASS)."""
+    torch_mode = type(z).__module__.startswith("torch")
+    if activation == "identity":
+        return z
+    if torch_mode:
+        import torch
+
+        if activation == "relu":
+            return torch.where(torch.isnan(z), z, torch.clamp(z, min=0.0))
+        if activation == "clamp":
+            return torch.where(torch.isnan(z), z, torch.clamp(z, min=clamp_min, max=clamp_max))
+        if activation == "sigmoid":
+            return torch.sigmoid(z)
+        if activation == "silu":
+            return z * torch.sigmoid(z)
+        if activation == "gelu":
+            if gelu == "tanh":
+                return 0.5 * z * (1.0 + torch.tanh(0.7978845608028654 * (z + 0.044715 * z * z * z)))
+            return 0.5 * z * (1.0 + torch.special.erf(z * _SQRT1_2))
+    else:
+        z = np.asarray(z, dtype=np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            if activation == "relu":
+                return np.where(np.isnan(z), z, np.maximum(z, 0.0))
+            if activation == "clamp":
+                return np.where(np.isnan(z), z, np.minimum(np.maximum(z, clamp_min), clamp_max))
+            if activation == "sigmoid":
+                return 1.0 / (1.0 + np.exp(-z))
+            if activation == "silu":
+                return z / (1.0 + np.exp(-z))
+            if activation == "gelu":
+                if gelu == "tanh":
+                    return 0.5 * z * (1.0 + np.tanh(0.7978845608028654 * (z + 0.044715 * z * z * z)))
+                return 0.5 * z * (1.0 + _erf_numpy(z * _SQRT1_2))
+    raise ValueError(f"unknown activation {activation!r}")
+
+
+# ---------------------------------------------------------------------------------------------- reference
+def reference_gemm(cfg: GemmConfig, alpha: float, beta: float, A: np.ndarray, B: np.ndarray,
+                   C: np.ndarray | None, bias: np.ndarray | None, device: str | None = None) -> np.ndarray:
+    """float64 (batch, M, N) reference of D (before rounding to D's type, except integer outputs, which are
+    rounded and saturated as the kernel's converter does). A: (batch, M, K), B: (batch, K, N) float64."""
+    batch, m, k = A.shape
+    n = B.shape[2]
+    if device and batch * m * n * max(k, 1) >= DEVICE_REFERENCE_MIN_MACS:
+        try:
+            return _reference_torch(cfg, alpha, beta, A, B, C, bias, device)
+        except ImportError:
+            pass
+    z = alpha * np.matmul(A, B)
+    if C is not None and beta != 0.0:
+        z = z + beta * C
+    if bias is not None and cfg.bias != "none":
+        z = z + (bias[None, :, None] if cfg.bias == "row" else bias[None, None, :])
+    z = apply_activation(z, cfg.activation, cfg.clamp_min, cfg.clamp_max, cfg.gelu)
+    return _to_output_semantics(z, cfg.d)
+
+
+def _reference_torch(cfg: GemmConfig, alpha: float, beta: float, A: np.ndarray, B: np.ndarray,
+                     C: np.ndarray | None, bias: np.ndarray | None, device: str) -> np.ndarray:
+    import torch
+
+    dev = torch.device(device)
+    tA = torch.from_numpy(np.ascontiguousarray(A)).to(dev)
+    tB = torch.from_numpy(np.ascontiguousarray(B)).to(dev)
+    z = alpha * torch.matmul(tA, tB)
+    del tA, tB
+    if C is not None and beta != 0.0:
+        z += beta * torch.from_numpy(np.ascontiguousarray(C)).to(dev)
+    if bias is not None and cfg.bias != "none":
+        tb = torch.from_numpy(np.ascontiguousarray(bias)).to(dev)
+        z += tb[None, :, None] if cfg.bias == "row" else tb[None, None, :]
+    z = apply_activation(z, cfg.activation, cfg.clamp_min, cfg.clamp_max, cfg.gelu)
+    out = z.cpu().numpy()
+    del z
+    torch.cuda.synchronize()
+    return _to_output_semantics(out, cfg.d)
+
+
+def _to_output_semantics(z: np.ndarray, d: DType) -> np.ndarray:
+    if d in (DType.s8, DType.s32):
+        info = np.iinfo(np.int8 if d is DType.s8 else np.int32)
+        return np.clip(np.rint(z), info.min, info.max)
+    return z
+
+
+# ---------------------------------------------------------------------------------------------- tolerances
+def input_tolerance(cfg: GemmConfig) -> float:
+    """Relative Frobenius tolerance from the math precision (operand types, op class, accumulator)."""
+    ins = {cfg.a, cfg.b}
+    if any(d.is_fp8 for d in ins):
+        t = 5e-2
+    elif ins & {DType.f16, DType.bf16}:
+        t = 1e-2
+    elif DType.tf32 in ins or (DType.f32 in ins and cfg.op_class == "tensorop"):
+        t = 5e-3   # f32 operands on tensor cores run as tf32 (CUTLASS 2.x OpMultiplyAdd / 3.x GMMA)
+    elif DType.f32 in ins:
+        t = 1e-5
+    elif DType.f64 in ins:
+        t = 1e-12
+    else:      # integer operands: exact products and s32 sums; error only from a float epilogue
+        t = 1e-5
+    if cfg.accumulator is DType.f16:
+        t = max(t, 2e-2)
+    if cfg.epilogue_compute in (DType.f16, DType.bf16):
+        t = max(t, 1e-2)
+    if cfg.activation == "gelu" and cfg.gelu == "tanh":
+        t = max(t, 2e-3)   # GELU_taylor uses tanh.approx (about 2^-11 relative)
+    return t
+
+
+def output_tolerance(d: DType) -> float:
+    """What rounding to D's type alone costs (relative Frobenius, with margin)."""
+    return {DType.f16: 1e-3, DType.bf16: 8e-3, DType.e4m3: 5e-2, DType.e5m2: 1e-1,
+            DType.f32: 1e-6, DType.tf32: 5e-3, DType.f64: 1e-12, DType.s8: 1e-2, DType.s32: 1e-6}[d]
+
+
+def tolerance(cfg: GemmConfig) -> float:
+    return max(input_tolerance(cfg), output_tolerance(cfg.d))
+
+
+ELEMENT_FACTOR = 5.0    # element-wise bound: |D - ref| <= ELEMENT_FACTOR * tol * (|ref| + rms(ref))
+
+
+# ---------------------------------------------------------------------------------------------- comparison
+@dataclass
+class Comparison:
+    status: str                 # PASSED | FAILED
+    check: str                  # exact | tolerance
+    reason: str = ""
+    max_abs_err: float | None = None
+    rel_err: float | None = None
+    tol: float | None = None
+    worst: dict[str, Any] | None = None      # {"batch", "row", "col", "got", "want"}
+    unwritten: int = 0
+    nonfinite: int = 0
+    mismatches: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status, "check": self.check, "reason": self.reason, "max_abs_err": self.max_abs_err,
+            "rel_err": self.rel_err, "tol": self.tol, "worst": self.worst, "unwritten": self.unwritten,
+            "nonfinite": self.nonfinite, "mismatches": self.mismatches,
+        }
+
+
+def _coords(flat: int, shape: tuple[int, ...]) -> tuple[int, int, int]:
+    b, i, j = np.unravel_index(int(flat), shape)
+    return int(b), int(i), int(j)
+
+
+def _f(x: Any) -> float | None:
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def compare(cfg: GemmConfig, d_storage: np.ndarray, ref: np.ndarray, exact: bool) -> Comparison:
+    """Check kernel output D (storage, logical shape (batch, M, N)) against the reference (float64)."""
+    d = cfg.d
+    shape = ref.shape
+    tol = None if exact else tolerance(cfg)
+    check = "exact" if exact else "tolerance"
+    got = decode(d_storage, d)
+    poison_bits = bits_of(np.asarray(poison_value(d)).reshape(1))[0]
+    dbits = bits_of(np.ascontiguousarray(d_storage))
+    want_stored = encode(ref, d)
+
+    # 1. unwritten elements (still the poison pattern; for integers only where the reference differs)
+    unwritten_mask = dbits == poison_bits
+    if not d.is_float:
+        unwritten_mask &= bits_of(want_stored) != poison_bits
+    unwritten = int(unwritten_mask.sum())
+    # 2. NaN / Inf
+    nonfinite_mask = ~np.isfinite(got) & ~unwritten_mask
+    nonfinite = int(nonfinite_mask.sum())
+
+    diff = np.abs(np.where(np.isfinite(got), got, 0.0) - ref)
+    ref_norm = float(np.linalg.norm(ref.ravel()))
+    err_norm = float(np.linalg.norm(np.where(unwritten_mask | nonfinite_mask, 0.0, diff).ravel()))
+    rel = err_norm / ref_norm if ref_norm > 0 else (0.0 if err_norm == 0 else math.inf)
+    max_abs = float(diff.max()) if diff.size else 0.0
+
+    def worst_at(flat: int) -> dict[str, Any]:
+        b, i, j = _coords(flat, shape)
+        g = float(got[b, i, j])
+        return {"batch": b, "row": i, "col": j, "got": g if math.isfinite(g) else str(g),
+                "want": float(ref[b, i, j]), "got_bits": hex(int(dbits[b, i, j]))}
+
+    cmp = Comparison("PASSED", check, max_abs_err=_f(max_abs), rel_err=_f(rel), tol=tol,
+                     unwritten=unwritten, nonfinite=nonfinite)
+    if diff.size:
+        cmp.worst = worst_at(int(np.argmax(diff)))
+    if unwritten:
+        flat = int(np.flatnonzero(unwritten_mask)[0])
+        cmp.worst = worst_at(flat)
+        b, i, j = _coords(flat, shape)
+        cmp.status = "FAILED"
+        cmp.reason = (f"{unwritten} of {ref.size} elements never written (still poison), first at "
+                      f"batch={b} row={i} col={j}")
+        return cmp
+    if nonfinite:
+        flat = int(np.flatnonzero(nonfinite_mask)[0])
+        cmp.worst = worst_at(flat)
+        b, i, j = _coords(flat, shape)
+        cmp.status = "FAILED"
+        cmp.reason = f"{nonfinite} NaN/Inf elements, first at batch={b} row={i} col={j} ({got[b, i, j]})"
+        return cmp
+
+    if exact:
+        mism = bits_of(want_stored) != dbits
+        n = int(mism.sum())
+        cmp.mismatches = n
+        if n:
+            flat = int(np.argmax(np.where(mism, diff, -1.0)))
+            cmp.worst = worst_at(flat)
+            w = cmp.worst
+            cmp.status = "FAILED"
+            cmp.reason = (f"exact check: {n} of {ref.size} elements differ bit for bit; worst at batch={w['batch']} "
+                          f"row={w['row']} col={w['col']}: got {w['got']} want {w['want']}")
+        return cmp
+
+    # tolerance check
+    if not d.is_float:
+        bad = diff > 1.0
+        n = int(bad.sum())
+        cmp.mismatches = n
+        if n or rel > tol:
+            cmp.status = "FAILED"
+            w = cmp.worst or {}
+            cmp.reason = (f"integer output: {n} elements off by more than 1, rel err {rel:.3g} (tol {tol:g}); "
+                          f"worst at batch={w.get('batch')} row={w.get('row')} col={w.get('col')}: "
+                          f"got {w.get('got')} want {w.get('want')}")
+        return cmp
+    rms = ref_norm / math.sqrt(max(ref.size, 1))
+    bound = ELEMENT_FACTOR * tol * (np.abs(ref) + rms) + 1e-30
+    bad = diff > bound
+    n = int(bad.sum())
+    cmp.mismatches = n
+    if rel > tol or n:
+        cmp.status = "FAILED"
+        if n:
+            flat = int(np.argmax(np.where(bad, diff / bound, -1.0)))
+            cmp.worst = worst_at(flat)
+        w = cmp.worst or {}
+        why = f"rel err {rel:.3g} > tol {tol:g}" if rel > tol else f"rel err {rel:.3g} <= tol {tol:g} but"
+        cmp.reason = (f"{why}; {n} elements outside the element-wise bound; worst at batch={w.get('batch')} "
+                      f"row={w.get('row')} col={w.get('col')}: got {w.get('got')} want {w.get('want')}")
+    return cmp
