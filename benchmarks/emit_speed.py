@@ -25,15 +25,16 @@ kernels:
     dtype: [bf16, f16]
     layout: [tn, nn, nt, tt]
     tile: [64x64x64, 64x128x64, 64x256x64, 128x64x64, 128x128x64, 128x256x64, 256x128x64]
-    cluster: [1x1x1, 2x1x1, 1x2x1, 2x2x1]
+    cluster: [1x1x1, 2x1x1, 1x2x1, 2x2x1, 4x1x1]
     schedule: {kernel: [cooperative, pingpong], tile_scheduler: [persistent, stream_k]}
-    epilogue: {activation: [identity, relu, gelu, silu], bias: [none, row]}
+    exclude: [{schedule: {kernel: pingpong, tile_scheduler: stream_k}}]
+    epilogue: {activation: [identity, relu, gelu, silu, sigmoid], bias: [none, row, column]}
   - arch: sm80
     dtype: [f16, bf16]
     layout: [tn, nn, nt, tt]
     tile: [128x128x32, 128x256x32, 256x128x32, 64x64x32, 128x128x64]
-    stages: [3, 4]
-    swizzle: [1, 8]
+    stages: [3, 4, 5]
+    swizzle: [1, 2, 4, 8]
     epilogue: [identity, relu, gelu, silu, sigmoid]
 """
 
@@ -41,8 +42,11 @@ kernels:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--dir", default=str(Path(__file__).resolve().parent.parent / "generated"),
+                    help="where the scratch output goes (default: generated/, like a real emit)")
     args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="emit-bench-"))
+    Path(args.dir).mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".emit-bench-", dir=args.dir))
     try:
         spec = work / "sweep.yaml"
         spec.write_text(SPEC)

@@ -75,8 +75,9 @@ def list_cmd(out: Path, rejected: bool, as_json: bool) -> None:
 
     console = Console()
     table = Table(title=f"{len(data['instances'])} instances in {out}")
-    for col in ("name", "arch", "tile", "stages"):
-        table.add_column(col)
+    table.add_column("name", overflow="fold")
+    for col in ("arch", "tile", "stages"):
+        table.add_column(col, no_wrap=True)
     for inst in data["instances"]:
         cfg = inst["config"]
         table.add_row(inst["name"], inst["arch"], "x".join(map(str, cfg["tile"])), str(cfg["stages"] or "auto"))

@@ -79,13 +79,10 @@ def spec_entries(doc: Document) -> Iterable[tuple[KeyPath, dict[str, Any], dict[
         yield ("kernels", i), merged, key_paths
 
 
-def resolve_specs(paths: Iterable[str | Path]) -> tuple[list[Resolved], list[Rejection], list[dict[str, Any]], int]:
-    """Load, expand and resolve every spec. Raises SpecError for malformed specs."""
-    resolved: list[Resolved] = []
-    rejected: list[Rejection] = []
+def expand_specs(paths: Iterable[str | Path]) -> tuple[list[GemmInstance], list[dict[str, Any]]]:
+    """Load and expand every spec into candidates (in spec order). Raises SpecError for malformed specs."""
+    candidates: list[GemmInstance] = []
     specs: list[dict[str, Any]] = []
-    seen: dict[str, GemmInstance] = {}
-    duplicates = 0
     for path in paths:
         doc = load_file(path)
         file_key = Path(path).as_posix()
@@ -93,19 +90,40 @@ def resolve_specs(paths: Iterable[str | Path]) -> tuple[list[Resolved], list[Rej
         for index, (entry_path, entry, key_paths) in enumerate(spec_entries(doc)):
             spec_hash = content_hash(entry)
             for cand, _point in expand_entry(doc, entry_path, entry, key_paths):
-                cand = cand.replace(spec_file=file_key, spec_index=index, spec_hash=spec_hash)
-                result = arch_module(cand.arch).resolve(cand)
-                if isinstance(result, Rejection):
-                    rejected.append(result)
-                    continue
-                name = instance_name(result)
-                if name in seen:
-                    if seen[name] != result:  # two different configs, one name: a naming bug
-                        raise RuntimeError(f"instance name collision: {name}")
-                    duplicates += 1
-                    continue
-                seen[name] = result
-                resolved.append(Resolved(name, result))
+                candidates.append(cand.replace(spec_file=file_key, spec_index=index, spec_hash=spec_hash))
+    return candidates, specs
+
+
+def resolve_candidate(cand: GemmInstance) -> Resolved | Rejection:
+    result = arch_module(cand.arch).resolve(cand)
+    if isinstance(result, Rejection):
+        return result
+    return Resolved(instance_name(result), result)
+
+
+def _merge(results: Iterable[Resolved | Rejection]) -> tuple[list[Resolved], list[Rejection], int]:
+    """Keep spec order; the same resolved instance reached twice is kept once."""
+    resolved: list[Resolved] = []
+    rejected: list[Rejection] = []
+    seen: dict[str, GemmInstance] = {}
+    duplicates = 0
+    for r in results:
+        if isinstance(r, Rejection):
+            rejected.append(r)
+        elif r.name in seen:
+            if seen[r.name] != r.instance:  # two different configs, one name: a naming bug
+                raise RuntimeError(f"instance name collision: {r.name}")
+            duplicates += 1
+        else:
+            seen[r.name] = r.instance
+            resolved.append(r)
+    return resolved, rejected, duplicates
+
+
+def resolve_specs(paths: Iterable[str | Path]) -> tuple[list[Resolved], list[Rejection], list[dict[str, Any]], int]:
+    """Load, expand and resolve every spec (in this process). Raises SpecError for malformed specs."""
+    candidates, specs = expand_specs(paths)
+    resolved, rejected, duplicates = _merge(resolve_candidate(c) for c in candidates)
     return resolved, rejected, specs, duplicates
 
 
@@ -116,22 +134,73 @@ def render_instance(r: Resolved) -> str:
                            ctx=module.template_context(inst), banner=banner(inst.spec_file, inst.spec_hash))
 
 
-def emit(paths: Iterable[str | Path], out: str | Path) -> EmitResult:
+def _render_and_write(out: Path, r: Resolved) -> tuple[bool, dict[str, Any] | None]:
+    """(written?, failure or None) for one instance; a template bug is a result, not an exception."""
+    try:
+        text = render_instance(r)
+    except Exception as e:
+        return False, {"name": r.name, "error": f"{type(e).__name__}: {e}",
+                       "traceback": traceback.format_exc(limit=3)}
+    return write_if_changed(out / f"{r.name}.cu", text), None
+
+
+Outcome = tuple  # (Resolved | Rejection, written?, render failure or None)
+
+
+def _process(out: Path, cand: GemmInstance) -> Outcome:
+    r = resolve_candidate(cand)
+    if isinstance(r, Rejection):
+        return r, False, None
+    written, failure = _render_and_write(out, r)
+    return r, written, failure
+
+
+def _process_chunk(out: Path, chunk: list[GemmInstance]) -> list[Outcome]:
+    return [_process(out, c) for c in chunk]
+
+
+# Below this many candidates a process pool costs more than it saves.
+PARALLEL_THRESHOLD = 256
+
+
+def _process_all(out: Path, candidates: list[GemmInstance], jobs: int) -> list[Outcome]:
+    """Resolve, render and write every candidate; in `jobs` forked processes for large sweeps.
+
+    Two candidates that resolve to the same instance may both write its file: same name, same
+    bytes, each write atomic, so that is harmless; _merge keeps one."""
+    if jobs <= 1 or len(candidates) < PARALLEL_THRESHOLD or render_instance is not _RENDER_INSTANCE:
+        return [_process(out, c) for c in candidates]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    size = max(64, len(candidates) // (jobs * 4))
+    chunks = [candidates[i:i + size] for i in range(0, len(candidates), size)]
+    ctx = multiprocessing.get_context("fork")  # workers inherit the loaded modules and templates
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+        parts = pool.map(_process_chunk, [out] * len(chunks), chunks)
+        return [x for part in parts for x in part]
+
+
+def emit(paths: Iterable[str | Path], out: str | Path, *, jobs: int | None = None) -> EmitResult:
+    """Emit every instance of the spec files into `out`. `jobs`: render processes (default: CPU count)."""
+    import os
+
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    resolved, rejected, specs, duplicates = resolve_specs(list(paths))
+    candidates, specs = expand_specs(list(paths))
+    jobs = jobs if jobs is not None else (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
+    outcomes = _process_all(out, candidates, jobs)
+    resolved, rejected, duplicates = _merge(o[0] for o in outcomes)
+    written = {o[0].name for o in outcomes if isinstance(o[0], Resolved) and o[1]}
+    failures = {f["name"]: f for _, _, f in outcomes if f is not None}
     result = EmitResult(out=out, manifest={}, rejected=rejected, duplicates=duplicates)
     entries = []
     for r in resolved:
-        try:
-            text = render_instance(r)
-        except Exception as e:  # a template bug must not stop the batch
-            result.failed.append({"name": r.name, "error": f"{type(e).__name__}: {e}",
-                                  "traceback": traceback.format_exc(limit=3)})
+        if r.name in failures:  # a template bug must not stop the batch
+            result.failed.append(failures[r.name])
             continue
         source = f"{r.name}.cu"
-        if write_if_changed(out / source, text):
-            result.written += 1
+        result.written += r.name in written
         result.instances.append(r)
         entries.append({
             "name": r.name, "family": r.instance.family, "arch": r.instance.arch.yaml, "source": source,
@@ -155,5 +224,7 @@ def emit(paths: Iterable[str | Path], out: str | Path) -> EmitResult:
     result.manifest = manifest
     return result
 
+
+_RENDER_INSTANCE = render_instance  # the pool is bypassed when a test replaces render_instance
 
 __all__ = ["emit", "EmitResult", "resolve_specs", "render_instance", "spec_entries", "SpecError"]

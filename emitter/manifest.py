@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from emitter.errors import ManifestError
-from emitter.fsutil import atomic_write_json
+from emitter.fsutil import atomic_write_text
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"
@@ -22,9 +22,28 @@ def manifest_path(out: str | Path) -> Path:
     return p if p.name == MANIFEST_NAME else p / MANIFEST_NAME
 
 
+def dumps(data: dict[str, Any]) -> str:
+    """Manifest text: top-level keys indented, one list entry per line.
+
+    Readable and diffable, and fast: each entry goes through json's C encoder (indent=2 over a
+    10,000-instance manifest takes seconds in the pure-Python encoder)."""
+    lines = ["{"]
+    items = list(data.items())
+    for i, (key, value) in enumerate(items):
+        comma = "," if i < len(items) - 1 else ""
+        if isinstance(value, list) and value:
+            lines.append(f"  {json.dumps(key)}: [")
+            lines.extend(f"    {json.dumps(v)}{',' if j < len(value) - 1 else ''}" for j, v in enumerate(value))
+            lines.append(f"  ]{comma}")
+        else:
+            lines.append(f"  {json.dumps(key)}: {json.dumps(value)}{comma}")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
 def write(out: str | Path, data: dict[str, Any]) -> Path:
     path = manifest_path(out)
-    atomic_write_json(path, data)
+    atomic_write_text(path, dumps(data), durable=True)
     return path
 
 

@@ -536,3 +536,24 @@ def test_real_emitted_instances_build(tmp_path, monkeypatch):
         rec = r.record
         assert rec["resources"]["registers"] > 0, rec
         assert not rec.get("serialized_wgmma"), rec["warnings"]
+
+
+def test_unwritable_cache_is_a_clean_error(tmp_path):
+    from emitter.build.cache import CacheError
+
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(CacheError, match="--no-cache"):
+        Cache(blocker / "cache").ensure_writable()
+
+
+def test_host_syntax_only_changes_the_host_command_and_the_key():
+    from emitter.build.builder import _Toolchain, cache_key
+
+    plain = nvcc_mod.commands("nvcc", "sm80", [])
+    fast = nvcc_mod.commands("nvcc", "sm80", [], host_syntax_only=True)
+    assert "-fdevice-syntax-only" in fast.host and "-fdevice-syntax-only" not in plain.host
+    assert fast.device == plain.device
+    tc = _Toolchain("nvcc", "V13.0", "g++", [], "x", "d", ())
+    tc_fast = _Toolchain("nvcc", "V13.0", "g++", [], "x", "d", (), True)
+    assert cache_key(b"s", "sm80", tc) != cache_key(b"s", "sm80", tc_fast)

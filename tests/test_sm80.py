@@ -129,6 +129,10 @@ def test_cutlass_generator_configs_are_accepted(function, arch):
     bad = []
     for inst in instances:
         r = sm80.resolve(inst)
+        t = inst.tile
+        mainloop = inst.stages * (t.m * t.k * inst.a.bits + t.k * t.n * inst.b.bits) // 8
+        if isinstance(r, Rejection) and r.rule == "smem-budget" and mainloop > sm80.SMEM_LIMIT[arch]:
+            continue   # CUTLASS emits it for newer GPUs too (max_cc 1024); it cannot launch on this arch
         if isinstance(r, Rejection):
             bad.append(f"{inst.a}/{inst.d} {inst.layout_a}{inst.layout_b}{inst.layout_c} {inst.tile} w{inst.warp} "
                        f"s{inst.stages} al{inst.alignment_a}/{inst.alignment_c}: {r.rule}: {r.reason}")
@@ -241,8 +245,10 @@ REJECTIONS = [
           tile=S(128, 128, 64), warp=S(64, 64, 64)), "layout-8bit-requires-tn", ["tn"]),
     (dict(tile=S(128, 128, 32), warp=S(48, 64, 32)), "tile-multiple-of-warp", ["warp m"]),
     (dict(tile=S(128, 120, 32), warp=S(64, 60, 32)), "warp-multiple-of-instruction", ["multiple of 8"]),
-    (dict(tile=S(128, 128, 48), warp=S(64, 64, 48)), "warp-multiple-of-instruction", ["16"]),
-    (dict(tile=S(128, 128, 48), warp=S(64, 64, 16)), "tile-k-multiple-of-instruction-k", []),
+    (dict(tile=S(128, 128, 48), warp=S(64, 64, 24)), "warp-multiple-of-instruction", ["16"]),
+    (dict(a=DType.s8, b=DType.s8, c=DType.s32, d=DType.s32, accumulator=DType.s32, tile=S(128, 128, 48),
+          warp=S(64, 64, 48)), "tile-k-multiple-of-instruction-k", ["use 32 or 64"]),
+    (dict(tile=S(128, 128, 48), warp=S(64, 64, 48)), "operand-thread-map", ["k=48"]),
     (dict(tile=S(256, 256, 32), warp=S(32, 32, 32)), "warp-count", ["64 warps"]),
     (dict(a=DType.f64, b=DType.f64, c=DType.f64, d=DType.f64, accumulator=DType.f64, epilogue_compute=DType.f64,
           tile=S(32, 32, 16), warp=S(32, 32, 16)), "f64-tensorop-min-warps", ["2 warps"]),
@@ -259,9 +265,9 @@ REJECTIONS = [
     (dict(alignment_a=1), "alignment-a", ["32 bits", "8, 4, 2"]),
     (dict(alignment_b=16), "alignment-b", ["8, 4, 2"]),
     (dict(alignment_c=16), "alignment-c", ["8"]),
-    (dict(tile=S(32, 32, 32), warp=S(16, 16, 32), stages=3), "operand-thread-map", ["operand"]),
-    (dict(a=DType.f32, b=DType.f32, c=DType.f32, d=DType.f32, op_class=OpClass.simt, tile=S(128, 128, 16),
-          warp=S(32, 64, 16)), "simt-warp-tile", ["k=8"]),
+    (dict(tile=S(32, 32, 32), warp=S(16, 8, 32), stages=3), "operand-thread-map", ["too small"]),
+    (dict(a=DType.f32, b=DType.f32, c=DType.f32, d=DType.f32, op_class=OpClass.simt, tile=S(128, 128, 32),
+          warp=S(32, 64, 32)), "simt-warp-tile", ["k=8"]),
     (dict(stages=2), "stages-multistage-min", ["3 or more"]),
     (dict(arch=Arch.sm75, stages=3, instruction=S(16, 8, 8)), "stages-sm75-pipelined", ["stages 2"]),
     (dict(tile=S(256, 128, 64), warp=S(64, 64, 64), stages=5), "smem-budget", ["use stages 3"]),
@@ -280,10 +286,10 @@ def test_rule_rejects_with_reason(changes, rule, words):
         assert w in r.reason, f"{w!r} missing from reason: {r.reason}"
 
 
-def test_tile_k_48_names_the_fix():
-    r = rejected(make(tile=S(128, 128, 48), warp=S(64, 64, 16)))
+def test_tile_k_names_the_fix():
+    r = rejected(make(tile=S(128, 128, 40), warp=S(64, 64, 40)))
     assert r.rule == "tile-k-multiple-of-instruction-k"
-    assert r.reason == "tile k=48 is not a multiple of instruction k=16: use 32 or 64"
+    assert r.reason == "tile k=40 is not a multiple of instruction k=16: use 32 or 48"
 
 
 def test_rules_are_stable_kebab_ids():

@@ -55,6 +55,7 @@ class BuildOptions:
     executor: str = "thread"                 # thread | process (see executor.py)
     timeout_s: float | None = None           # per nvcc run
     extra_flags: tuple[str, ...] = ()
+    host_syntax_only: bool = False           # see nvcc.commands
 
 
 @dataclass
@@ -167,6 +168,7 @@ class _Toolchain:
     cutlass_origin: str
     cutlass_digest: str
     extra_flags: tuple[str, ...]
+    host_syntax_only: bool = False
 
     def key_base(self) -> str:
         env = {k: os.environ.get(k, "") for k in _ENV_FLAGS}
@@ -174,11 +176,11 @@ class _Toolchain:
                            "cutlass": self.cutlass_digest, "env": env}, sort_keys=True)
 
 
-def toolchain(extra_flags: tuple[str, ...] = ()) -> _Toolchain:
+def toolchain(extra_flags: tuple[str, ...] = (), host_syntax_only: bool = False) -> _Toolchain:
     nvcc = find_nvcc()
     headers = find_cutlass()
     return _Toolchain(nvcc, nvcc_version(nvcc), host_compiler_version(nvcc), headers.include_flags(),
-                      headers.origin, headers_digest(headers), tuple(extra_flags))
+                      headers.origin, headers_digest(headers), tuple(extra_flags), host_syntax_only)
 
 
 def cache_key(source: bytes, arch: str, tc: _Toolchain) -> str:
@@ -186,7 +188,8 @@ def cache_key(source: bytes, arch: str, tc: _Toolchain) -> str:
 
     Paths are left out (commands with placeholders for the compiler, include dirs, source and output),
     so the same instance emitted into another directory, or built from another checkout, is a hit."""
-    shape = commands("nvcc", arch, ["-I{cutlass}/include", "-I{cutlass}/tools/util/include"], tc.extra_flags)
+    shape = commands("nvcc", arch, ["-I{cutlass}/include", "-I{cutlass}/tools/util/include"], tc.extra_flags,
+                     tc.host_syntax_only)
     h = hashlib.sha256()
     for part in (tc.key_base(), arch, json.dumps([shape.device, shape.host]), hashlib.sha256(source).hexdigest()):
         h.update(part.encode())
@@ -200,7 +203,7 @@ def plan(root: Path, entries: Iterable[dict[str, Any]], tc: _Toolchain) -> list[
         name, arch, src_rel = e["name"], e["arch"], e["source"]
         key, err = "", None
         try:
-            cmds = commands(tc.nvcc, arch, tc.include_flags, tc.extra_flags)
+            cmds = commands(tc.nvcc, arch, tc.include_flags, tc.extra_flags, tc.host_syntax_only)
         except EmitterError as ex:       # an arch this emitter cannot build: that instance fails alone
             cmds, err = Commands((), ()), ex.render()
         if err is None:
@@ -543,7 +546,7 @@ def build(out: str | os.PathLike[str], select: Iterable[str] = (), exclude: Iter
     data = manifest_mod.load(mpath)
     root = mpath.parent.resolve()
     entries = select_entries(data["instances"], tuple(select), tuple(exclude))
-    tc = toolchain(opts.extra_flags)
+    tc = toolchain(opts.extra_flags, opts.host_syntax_only)
     plans = plan(root, entries, tc)
     plans.sort(key=lambda p: -memory_per_job(p.arch))   # the long sm90a compiles first: better packing
     archs = {p.arch for p in plans}
@@ -559,6 +562,7 @@ def build(out: str | os.PathLike[str], select: Iterable[str] = (), exclude: Iter
     cache = None
     if opts.use_cache:
         cache = Cache(cache_root(opts.cache_dir))
+        cache.ensure_writable()
         cache.prune()
     prune_tmp(root / "build" / ".tmp")
     run = _Run(root, plans, opts, rep, jobs, budget, cache)

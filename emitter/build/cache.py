@@ -25,7 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from emitter.errors import EmitterError
+
 CACHE_FORMAT = 1
+
+
+class CacheError(EmitterError):
+    exit_code = 2
 _ARTIFACT_FILES = {"cubin": "device.cubin", "host": "host.so"}
 
 
@@ -198,9 +204,9 @@ class Cache:
         except OSError as e:
             if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
                 raise
-            shutil.rmtree(stage, ignore_errors=True)
-            existing = self.lookup(key)
+            existing = self.lookup(key)          # evicts the other entry if it is damaged
             if existing is not None:
+                shutil.rmtree(stage, ignore_errors=True)
                 return existing
             os.rename(stage, final)  # pragma: no cover - the other entry was damaged and evicted
         return Entry(key, final, meta)
@@ -225,6 +231,17 @@ class Cache:
 
     def prune(self) -> int:
         return prune_tmp(self.tmp)
+
+    def ensure_writable(self) -> None:
+        try:
+            for d in (self.entries, self.tmp, self.locks):
+                d.mkdir(parents=True, exist_ok=True)
+            probe = make_tmp(self.tmp)
+            probe.rmdir()
+        except OSError as e:
+            raise CacheError(f"the compile cache {self.root} is not writable ({e.strerror})\n"
+                             f"  fix: pass --cache-dir DIR or set EMITTER_CACHE_DIR to a writable directory, "
+                             f"or build with --no-cache") from None
 
     # -- `emitter cache` ---------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:

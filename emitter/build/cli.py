@@ -147,13 +147,16 @@ def register(group: click.Group) -> None:
     @click.option("--no-cache", is_flag=True, help="compile every selected instance; neither read nor write the cache")
     @click.option("--allow-serialized-wgmma", is_flag=True,
                   help="keep instances whose wgmma ptxas serialized (C7510) instead of failing them")
+    @click.option("--host-syntax-only", is_flag=True,
+                  help="compile host shims with -fdevice-syntax-only: the shim holds no kernels, so its device pass "
+                       "can stop after parsing (13-18% faster shims; experimental, not yet checked on a GPU)")
     @click.option("--executor", type=click.Choice(["thread", "process"]), default="thread", show_default=True,
                   help="where nvcc runs are dispatched from")
     @click.option("--timeout", "timeout_s", type=float, default=None, help="seconds one nvcc run may take")
     @click.option("--progress/--no-progress", default=None,
                   help="progress bar [default: on a terminal]; otherwise one line per instance")
     def build_cmd(out: Path, jobs: int | None, select: tuple[str, ...], exclude: tuple[str, ...], cache_dir: Path | None,
-                  no_cache: bool, allow_serialized_wgmma: bool, executor: str, timeout_s: float | None,
+                  no_cache: bool, allow_serialized_wgmma: bool, host_syntax_only: bool, executor: str, timeout_s: float | None,
                   progress: bool | None) -> None:
         """Compile the instances of OUT/manifest.json with nvcc: a cubin (device entry) and a host-shim .so per
         instance, in OUT/build/<name>/ with a record.json. Parallel, cached by content; a failing instance
@@ -162,7 +165,8 @@ def register(group: click.Group) -> None:
             progress = sys.stdout.isatty() and sys.stderr.isatty()
         reporter: Reporter = RichReporter() if progress else PlainReporter()
         opts = BuildOptions(jobs=jobs, cache_dir=cache_dir, use_cache=not no_cache,
-                            allow_serialized_wgmma=allow_serialized_wgmma, executor=executor, timeout_s=timeout_s)
+                            allow_serialized_wgmma=allow_serialized_wgmma, executor=executor, timeout_s=timeout_s,
+                            host_syntax_only=host_syntax_only)
         old = signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
         try:
             summary = build(out, select, exclude, opts, reporter)

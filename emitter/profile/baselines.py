@@ -85,9 +85,18 @@ def cublas(data: ProblemData, stream: Any) -> BaselineLaunch:
         scale_a = one * alpha
         out_dtype = {DType.bf16: torch.bfloat16, DType.f16: torch.float16, DType.f32: torch.float32}[cfg.d]
 
+        with_out = [True]        # torch versions without the out= overload allocate D per call instead
+
         def run(i: int) -> None:
             A, B, _C, D = views[i % len(views)]
-            torch._scaled_mm(A, B, scale_a=scale_a, scale_b=one, out_dtype=out_dtype, use_fast_accum=False, out=D)
+            if with_out[0]:
+                try:
+                    torch._scaled_mm(A, B, scale_a=scale_a, scale_b=one, out_dtype=out_dtype, use_fast_accum=False,
+                                     out=D)
+                    return
+                except TypeError:
+                    with_out[0] = False
+            torch._scaled_mm(A, B, scale_a=scale_a, scale_b=one, out_dtype=out_dtype, use_fast_accum=False)
 
         provider = f"torch._scaled_mm (cuBLASLt), torch {torch.__version__}"
     else:

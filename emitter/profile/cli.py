@@ -63,13 +63,11 @@ def profile_cmd(config: Path | None, out: Path | None, select: tuple[str, ...], 
     emitter profile configs/profile/square.yaml --select 'a=bf16' --problem 8192x8192x8192
     emitter profile --replay results/profile.json --all-kernels
     """
-    from rich.console import Console
-
     from emitter.profile import report as rep
     from emitter.profile.config import Timing, load_config
     from emitter.profile.runner import ProfileError, check_built, plan, resolve_gpus, run
 
-    console = Console()
+    console = rep.make_console()
     if replay is not None:
         data = json.loads(replay.read_text(encoding="utf-8"))
         measurements, envs, cfg = rep.from_json(data)

@@ -412,7 +412,7 @@ def parse_config(doc: Document) -> ProfileConfig:
     _unknown_keys(doc, (), root, SCHEMA_KEYS, "the profile config")
     if "manifest" in root and "manifests" in root:
         raise doc.error(("manifest",), "give 'manifests' (a list) or 'manifest', not both")
-    mkey = "manifests" if "manifests" in root else "manifest"
+    mkey = "manifest" if "manifest" in root else "manifests"
     manifests = _strings(doc, (mkey,), root.get(mkey), "manifests")
     if not manifests:
         raise doc.error((mkey,), "the config names no manifest", fix="add `manifests: [generated/demo]` "

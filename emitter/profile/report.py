@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -211,11 +212,20 @@ def _time(ms: float | None) -> str:
     return f"{ms * 1e3:.1f} us" if ms < 1 else f"{ms:.3f} ms"
 
 
+def make_console() -> Any:
+    from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal:      # logs, pipes and CI: wide enough for one row per line
+        console = Console(width=max(console.width, 200))
+    return console
+
+
 def print_table(report: Report, console: Any = None, all_kernels: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = console or Console()
+    console = console or make_console()
     env = report.env
     title = (f"{env.get('name', '?')} ({env.get('sm_count', '?')} SMs) | baseline: "
              f"{'; '.join(report.baseline_providers()) or 'none'}")
@@ -245,7 +255,7 @@ def print_table(report: Report, console: Any = None, all_kernels: bool = False) 
             color = "green" if ratio and ratio >= 1.0 else ("yellow" if ratio and ratio >= 0.97 else "red")
             ratio_txt = f"[{color}]{ratio:.2f}x[/{color}]" if ratio else "-"
             win = ch is not None and ch.winner.name == m.name
-            name = ("* " if win and all_kernels else "") + m.name
+            name = ("* " if win and all_kernels else "") + compact_name(m.name)
             if not m.ok:
                 table.add_row(_pkey(key), key[0], name, f"[red]{m.status}[/red]", "-", "-", "-", "-",
                               _fmt(bf.get("tflops"), ".1f"), "-", "-")
@@ -335,10 +345,13 @@ def write_plots(report: Report, plot_dir: Path) -> list[str] | str:
                 all_x.append(xi[m.problem])
                 all_y.append(f["ratio"])
         if best_x or all_x:
-            ax.scatter(all_x, all_y, s=8, color="tab:gray", alpha=0.5, label="other kernels")
-            ax.bar(best_x, best_y, color=["tab:green" if y >= 1 else "tab:red" for y in best_y], alpha=0.8,
-                   label="best kernel")
+            ax.scatter(all_x, all_y, s=8, color="tab:gray", alpha=0.5, label="other kernels", zorder=3)
+            # bars grow from 1.0 (parity with the baseline) so small differences stay visible
+            ax.bar(best_x, [y - 1.0 for y in best_y], bottom=1.0, alpha=0.8, label="best kernel",
+                   color=["tab:green" if y >= 1 else "tab:red" for y in best_y])
             ax.axhline(1.0, color="black", linewidth=1)
+            lo, hi = min(best_y + all_y), max(best_y + all_y)
+            ax.set_ylim(min(0.9, lo - 0.03), max(1.1, hi + 0.03))
             ax.set_xticks(range(len(labels)))
             ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
             ax.set_ylabel("ratio to baseline (baseline time / kernel time)")
@@ -351,6 +364,16 @@ def write_plots(report: Report, plot_dir: Path) -> list[str] | str:
             written.append(str(path))
         plt.close(fig)
     return written
+
+
+_OP_TOKEN = re.compile(r"^(gemm|sm\d+a?|acc\w+|al\d+x\d+x\d+|[tn]{3}|identity|relu|gelu|silu|sigmoid|clamp.*|bias\w+|"
+                       r"(f16|bf16|f32|tf32|f64|s8|s32|e4m3|e5m2){2})$")
+
+
+def compact_name(name: str) -> str:
+    """An instance name without what the op already says (arch, dtypes, layout, alignment, epilogue)."""
+    kept = [t for t in name.split("_") if not _OP_TOKEN.match(t)]
+    return "_".join(kept) or name
 
 
 def _short_name(name: str) -> str:

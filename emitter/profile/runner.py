@@ -20,6 +20,7 @@ from typing import Any
 from emitter.errors import EmitterError, ManifestError
 from emitter.profile.config import Problem, ProfileConfig, resolve_manifest
 from emitter.profile.records import FAULT, Measurement, Op
+from emitter.profile.worker import EXIT_FAULT
 
 MAX_RESTARTS = 16
 FAULTS_BEFORE_DROP = 2
@@ -55,8 +56,10 @@ def plan(config: ProfileConfig, select: tuple[str, ...] = (), exclude: tuple[str
                 continue
             seen[e["name"]] = str(path)
             instances.append({"root": str(path.parent), "manifest": str(path), "entry": e})
-    entries = select_entries([i["entry"] for i in instances], tuple(config.select) + tuple(select),
-                             tuple(config.exclude) + tuple(exclude))
+    # the config's selection first; a command line --select narrows it further (both must match)
+    entries = select_entries([i["entry"] for i in instances], tuple(config.select), tuple(config.exclude))
+    if select or exclude:
+        entries = select_entries(entries, tuple(select), tuple(exclude))
     keep = {e["name"] for e in entries}
     chosen = [i for i in instances if i["entry"]["name"] in keep]
     if not chosen:
@@ -209,11 +212,15 @@ def run(config: ProfileConfig, the_plan: Plan, out_dir: Path, gpus: list[int], b
                     s.done = True
                     continue
                 culprit = _unfinished(records)
-                if culprit is None or restarts >= MAX_RESTARTS:
+                recorded_fault = code == EXIT_FAULT and _last_result_fault(records)
+                if (culprit is None and not recorded_fault) or restarts >= MAX_RESTARTS:
                     fatal.append(f"gpu{s.gpu}: worker exited with code {code}"
                                  + ("" if culprit else " outside any measurement"))
                     s.done = True
                     continue
+                if culprit is None:     # the worker recorded its own fault before exiting
+                    last = next(r["measurement"] for r in reversed(records) if r.get("type") == "result")
+                    culprit = (last["kind"], last["name"], Problem.from_dict(last["problem"]).key, last["op"]["key"])
                 kind, name, pkey, okey = culprit
                 reason = ("the worker process died (exit code %s) while measuring it: a CUDA fault or a crash" % code
                           if code != -9 else f"no progress for {stall_timeout_s:.0f} s (a hang?): killed")
@@ -278,6 +285,13 @@ def _unfinished(records: list[dict[str, Any]]) -> tuple[str, str, str, str] | No
     if last is None:
         return None
     return (last.get("kind", "kernel"), last["name"], last["problem"], last["op"])
+
+
+def _last_result_fault(records: list[dict[str, Any]]) -> bool:
+    for r in reversed(records):
+        if r.get("type") == "result":
+            return r["measurement"]["status"] == FAULT
+    return False
 
 
 def _has_result(records: list[dict[str, Any]], kind: str, name: str, pkey: str, okey: str) -> bool:

@@ -106,7 +106,7 @@ class EventTimer:
         self._events: list[tuple[Any, Any]] = []
         self._spin = None
         if timing.blocking_kernel:
-            mod = drv.module_from_buffer(SPIN_PTX.encode())
+            mod = drv.module_from_buffer(SPIN_PTX.encode() + b"\0")   # PTX text must end in NUL
             self._spin_module = mod
             self._spin = mod.get_function("emitter_profile_spin")
             self._spin.prepare("Q")

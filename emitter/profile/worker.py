@@ -227,44 +227,28 @@ class FakeEngine:
         return m
 
     def kernel(self, kernel: Any, data: Any, m: Measurement) -> Measurement:
-        from emitter.profile.check import tolerance
-        from emitter.runtime.backend import GemmBuffers, GemmProblem
-        from emitter.runtime.hostdata import MatrixLayout, decode, encode, poison_value
+        from emitter.runtime.backend import CannotImplement, CudaFault, GemmProblem, LaunchFailed
+        from emitter.verify.check import case_seed, run_case
+        from emitter.verify.problems import VerifyProblem
 
-        cfg = kernel.config
         p: Problem = data["problem"]
-        small = GemmProblem(min(p.m, 64), min(p.n, 64), min(p.k, 64), batch=p.batch,
-                            alpha=self.config.alpha, beta=self.config.beta).resolved(cfg)
-        rng = np.random.default_rng(0)
-        la = MatrixLayout(small.m, small.k, cfg.row_major_a, small.lda, small.batch, small.batch_stride_a)
-        lb = MatrixLayout(small.k, small.n, cfg.row_major_b, small.ldb, small.batch, small.batch_stride_b)
-        lc = MatrixLayout(small.m, small.n, cfg.row_major_c, small.ldc, small.batch, small.batch_stride_c)
-        A = encode(rng.uniform(-1, 1, la.elements()), cfg.a)
-        B = encode(rng.uniform(-1, 1, lb.elements()), cfg.b)
-        C = encode(rng.uniform(-1, 1, lc.elements()), cfg.c) if self.config.beta else None
-        D = np.full(lc.elements(), poison_value(cfg.d))
-        self.backend.problem_label = p.key
-        res = self.backend.run(kernel, small, GemmBuffers(A, B, C, D))
-        ref = small.alpha * np.matmul(decode(la.gather(A), cfg.a), decode(lb.gather(B), cfg.b))
-        if C is not None:
-            ref = ref + small.beta * decode(lc.gather(C), cfg.c)
-        from emitter.profile.check import _np_activation, _verdict
-
-        ref = _np_activation(ref, cfg.activation, cfg.clamp_min, cfg.clamp_max, cfg.gelu)
-        got_store = lc.gather(res.D)
-        from emitter.runtime.hostdata import bits_of
-
-        unwritten = int(np.count_nonzero(bits_of(got_store) == bits_of(np.asarray(poison_value(cfg.d)).reshape(1))[0]))
-        got = decode(got_store, cfg.d)
-        nan = int(np.count_nonzero(np.isnan(got)))
-        rel = float(np.linalg.norm(np.nan_to_num(got) - ref) / max(np.linalg.norm(ref), 1e-300))
-        tol = tolerance(cfg)
-        ok, why = _verdict(rel, nan, unwritten, tol)
         if self.config.check:
-            m.check = {"passed": ok, "rel_err": rel, "tolerance": tol, "nan": nan, "unwritten": unwritten,
-                       "reference": f"fake backend, numpy float64 on {small.m}x{small.n}x{small.k}", "reason": why}
-            if not ok:
-                m.status, m.reason = CHECK_FAILED, why
+            # emitter.verify's own case (fresh inputs, poison, reference, compare) on the problem shrunk to 64^3
+            vp = VerifyProblem(GemmProblem(min(p.m, 64), min(p.n, 64), min(p.k, 64), batch=p.batch,
+                                           alpha=self.config.alpha, beta=self.config.beta), "normal", p.key)
+            r = run_case(self.backend, kernel, vp, case_seed(0, kernel.name, p.key))
+            if r["status"] == "SKIPPED":
+                raise CannotImplement(r["reason"])
+            if r.get("fatal"):
+                raise CudaFault(r["reason"])
+            if r["status"] != "PASSED" and r["reason"].startswith("launch failed"):
+                raise LaunchFailed(r["reason"])
+            m.check = {"passed": r["status"] == "PASSED", "reason": r["reason"] or None, "rel_err": r.get("rel_err"),
+                       "tolerance": r.get("tol"), "unwritten": r.get("unwritten"), "nonfinite": r.get("nonfinite"),
+                       "mismatches": r.get("mismatches"),
+                       "reference": f"emitter.verify run_case on {vp.label} (fake backend)"}
+            if not m.check["passed"]:
+                m.status, m.reason = CHECK_FAILED, r["reason"]
                 return m
         factor = 0.75 + 0.5 * _unit("rate", kernel.name)        # each kernel its own speed
         m.stats = self._stats(self.model["tflops"] * factor, data, kernel.name, p.key, data["op"].key)

@@ -152,7 +152,11 @@ class ProblemData:
 
     def free(self) -> None:
         self.arena.free()
-        self.reference = None
+        if self.reference is not None:
+            self.reference = None
+            import torch   # the reference came from torch: give its cached blocks back for the next problem
+
+            torch.cuda.empty_cache()
         self.cache.clear()
 
 

@@ -7,6 +7,7 @@ as JSON), never the YAML and never the .cu text.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping
 
 from emitter.dtypes import DType
@@ -46,7 +47,9 @@ class GemmConfig:
         return "".join("t" if r else "n" for r in (self.row_major_a, self.row_major_b, self.row_major_c))
 
     @classmethod
-    def from_entry(cls, entry: Mapping[str, Any]) -> "GemmConfig":
+    def from_entry(cls, entry: Mapping[str, Any], root: str | Path | None = None) -> "GemmConfig":
+        """Parse a manifest entry. With `root` (the manifest dir) a GELU instance's source is read to tell
+        CUTLASS's erf GELU from GELU_taylor (the tanh form), which the manifest config does not record."""
         name = str(entry.get("name", "?"))
         cfg = entry.get("config")
         if not isinstance(cfg, Mapping):
@@ -92,5 +95,15 @@ class GemmConfig:
             clamp_max=float(ep.get("clamp_max", 6.0)),
             split_k=str(cfg.get("split_k", "none")),
             batched=bool(cfg.get("batched", False)),
-            gelu=str(ep.get("gelu", cfg.get("gelu", "erf"))),
+            gelu=str(ep.get("gelu", cfg.get("gelu", "")) or _gelu_variant(root, entry, act)),
         )
+
+
+def _gelu_variant(root: str | Path | None, entry: Mapping[str, Any], activation: str) -> str:
+    if activation != "gelu" or root is None or not entry.get("source"):
+        return "erf"
+    try:
+        text = (Path(root) / str(entry["source"])).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "erf"
+    return "tanh" if "GELU_taylor" in text else "erf"

@@ -64,7 +64,7 @@ class FakeBackend(Backend):
         return "numpy (fake backend)"
 
     def load(self, root: Path, entry: Mapping[str, Any]) -> Kernel:
-        cfg = GemmConfig.from_entry(entry)
+        cfg = GemmConfig.from_entry(entry, root)
         if self.require_build:
             from emitter.runtime.backend import build_record
 

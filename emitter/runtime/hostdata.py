@@ -110,11 +110,16 @@ def _encode_fp8(x: np.ndarray, dt: DType) -> np.ndarray:
 
 # ---------------------------------------------------------------------------------------------- bf16
 def _encode_bf16(x: np.ndarray) -> np.ndarray:
-    f = np.asarray(x, dtype=np.float64).astype(np.float32)
-    u = f.view(np.uint32).astype(np.uint64)
-    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    f = np.asarray(x).astype(np.float32)
+    u = f.view(np.uint32)
+    r = (u >> 16) & 1
+    r += 0x7FFF
+    r += u                      # finite values cannot overflow 32 bits here; NaN is fixed below
+    out = (r >> 16).astype(np.uint16)
     nan = np.isnan(f)
-    return np.where(nan, np.uint16(0x7FC0), rounded).astype(np.uint16)
+    if nan.any():
+        out[nan] = 0x7FC0
+    return out
 
 
 def _decode_bf16(bits: np.ndarray) -> np.ndarray:
@@ -137,11 +142,12 @@ def encode(x: np.ndarray, dt: DType) -> np.ndarray:
 
 def decode(storage: np.ndarray, dt: DType) -> np.ndarray:
     """storage array of `dt` -> float64 values."""
-    if dt is DType.bf16:
-        return _decode_bf16(storage)
-    if dt.is_fp8:
-        return _fp8_table(dt)[storage.astype(np.int64)]
-    return storage.astype(np.float64)
+    with np.errstate(invalid="ignore"):      # signalling-NaN poison converts quietly
+        if dt is DType.bf16:
+            return _decode_bf16(storage)
+        if dt.is_fp8:
+            return _fp8_table(dt)[np.asarray(storage).astype(np.int64)]
+        return np.asarray(storage).astype(np.float64)
 
 
 def quantize(x: np.ndarray, dt: DType) -> np.ndarray:
@@ -195,8 +201,32 @@ class MatrixLayout:
         c = np.arange(self.cols, dtype=np.int64)[None, None, :]
         return b + (r * self.ld + c if self.row_major else r + c * self.ld)
 
+    @property
+    def packed(self) -> bool:
+        """Storage is exactly the matrices back to back (no padding): gather/scatter are reshapes."""
+        return self.ld == self.packed_ld and (self.batch == 1 or self.batch_stride == self.rows * self.cols)
+
+    def _view(self, storage: np.ndarray) -> np.ndarray:
+        n = self.batch * self.rows * self.cols
+        if self.row_major:
+            return storage[:n].reshape(self.batch, self.rows, self.cols)
+        return storage[:n].reshape(self.batch, self.cols, self.rows).transpose(0, 2, 1)
+
     def gather(self, storage: np.ndarray) -> np.ndarray:
+        if self.packed:
+            return np.ascontiguousarray(self._view(storage))
         return storage[self.index()]
 
     def scatter(self, storage: np.ndarray, values: np.ndarray) -> None:
+        if self.packed:
+            self._view(storage)[...] = values
+            return
         storage[self.index()] = values
+
+    def outside_mask(self, n: int) -> np.ndarray | None:
+        """Storage positions (of n) that belong to no logical element, or None when there are none."""
+        if self.packed and n == self.elements():
+            return None
+        mask = np.ones(n, dtype=bool)
+        mask[self.index().ravel()] = False
+        return mask

@@ -21,7 +21,7 @@ import numpy as np
 
 from emitter.runtime.backend import (
     Backend, BackendUnavailable, CannotImplement, CudaFault, GemmBuffers, GemmProblem, Kernel,
-    LaunchFailed, RunResult, build_record,
+    LaunchFailed, NotBuilt, RunResult, build_record,
 )
 from emitter.runtime.config import GemmConfig
 from emitter.runtime.shim import (
@@ -71,7 +71,7 @@ class PycudaBackend(Backend):
     def load(self, root: Path, entry: Mapping[str, Any]) -> Kernel:
         root = Path(root)
         name = str(entry["name"])
-        cfg = GemmConfig.from_entry(entry)
+        cfg = GemmConfig.from_entry(entry, root)
         record = build_record(root, name)
         cubin = root / record["artifacts"]["cubin"]
         host = root / record["artifacts"]["host"]
@@ -84,6 +84,11 @@ class PycudaBackend(Backend):
             fn = module.get_function(f"emitter_{name}_kernel")
         except self.drv.Error as e:
             text = f"cannot load {cubin.name} / emitter_{name}_kernel: {e}"
+            low = str(e).lower()
+            if "no kernel image" in low or "no binary" in low or "kernel image is invalid" in low:
+                cc = self.device.compute_capability()
+                raise NotBuilt(f"cannot run here: the cubin (arch {cfg.arch}) has no code for this GPU "
+                               f"(sm_{cc[0]}{cc[1]}): {e}") from None
             if _is_sticky(str(e)):
                 raise CudaFault(text) from None
             raise LaunchFailed(text) from None

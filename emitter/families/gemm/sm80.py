@@ -129,10 +129,11 @@ def _output_alignments(inst: GemmInstance) -> tuple[int, ...]:
     d = inst.d
     if inst.op_class is OpClass.simt or d is DType.f64:
         return (1,)                     # SIMT epilogues operate on scalars; f64 as CUTLASS emits it
-    wide_ok = inst.tile.n >= 128 and inst.tile.m != 32
+    wide_ok = inst.tile.n >= 128
     if d.bits == 8:
-        # 8-bit output from 32-bit accumulators: TileIteratorTensorOpMixed takes 16, 8 or 4 elements
-        return (16, 8, 4) if wide_ok else (8, 4)
+        # 8-bit output from 32-bit accumulators: TileIteratorTensorOpMixed takes 16, 8 or 4 elements;
+        # CUTLASS's generator stores 16 for tiles with n >= 128 (8 when m = 32 on sm80), else 8
+        return ((16, 8, 4) if inst.tile.m != 32 else (8, 16, 4)) if wide_ok else (8, 4)
     auto = 128 // d.bits
     legal = [8, 4, 2, 1]                # up to 256-bit stores (CUTLASS emits 8 x f32 for f16 inputs)
     if inst.a.bits == 8 and wide_ok:
@@ -399,6 +400,10 @@ def _resolve(inst: GemmInstance) -> GemmInstance | Rejection:
 
     # --- shapes ------------------------------------------------------------------------------------
     t, w = inst.tile, inst.warp
+    if t.k % instr.k:
+        lo, hi = (t.k // instr.k) * instr.k, (t.k // instr.k + 1) * instr.k
+        return _reject(inst, "tile-k-multiple-of-instruction-k", f"tile k={t.k} is not a multiple of instruction "
+                                                                 f"k={instr.k}: use " + (f"{lo} or {hi}" if lo else f"{hi}"))
     for dim in ("m", "n", "k"):
         tv, wv, iv = getattr(t, dim), getattr(w, dim), getattr(instr, dim)
         if tv <= 0 or wv <= 0:
@@ -411,10 +416,6 @@ def _resolve(inst: GemmInstance) -> GemmInstance | Rejection:
         if wv % iv:
             return _reject(inst, "warp-multiple-of-instruction", f"warp {dim}={wv} is not a multiple of instruction "
                                                                  f"{dim}={iv} ({instr}): use a multiple of {iv}")
-    if t.k % instr.k:
-        lo, hi = (t.k // instr.k) * instr.k, (t.k // instr.k + 1) * instr.k
-        return _reject(inst, "tile-k-multiple-of-instruction-k", f"tile k={t.k} is not a multiple of instruction "
-                                                                 f"k={instr.k}: use {lo or hi} or {hi}")
     warps = (t.m // w.m) * (t.n // w.n) * (t.k // w.k)
     if not 1 <= warps <= MAX_WARPS:
         return _reject(inst, "warp-count", f"tile {t} / warp {w} gives {warps} warps; a 2.x thread block holds 1 to "

@@ -9,8 +9,8 @@ resolve() is the gate in front of nvcc: every rule below mirrors a static_assert
 check in the CUTLASS 4.2 headers (cutlass_library/source/include) or the pruning in CUTLASS's own
 generator (cutlass_library/sm90_utils.py), so an accepted instance compiles and a rejected one says
 which rule it broke and what to change. Everything CUTLASS's generator emits for sm90 by default is
-accepted, except: tf32 with both A and B row-major on the unaligned (cp.async) path, mixed-width
-inputs (e.g. s8 x f16) and f64; those are rejected with a reason.
+accepted (tests/test_sm90a.py enumerates them with cutlass_library), except mixed-width inputs
+(e.g. s8 x f16) and f64, which are rejected with a reason.
 """
 
 from __future__ import annotations
@@ -347,10 +347,6 @@ def _check_layouts(inst: GemmInstance) -> None:
         return
     # tf32 (32-bit): K-major directly (TN); otherwise CUTLASS loads A through registers (NN),
     # transposes B in shared memory (NT) or swaps A and B (TT). Tiles as CUTLASS's generator prunes them.
-    if _cp_async(inst) and not tn:
-        _fail("tf32-unaligned-layout",
-              f"tf32 layout {inst.layout_a.letter}{inst.layout_b.letter} with alignment below 16 bytes: the "
-              "cp.async register-A path is not supported by emitter; use layout tn, or alignment 4 (TMA)")
     if _transpose_b(inst):
         if t.k * inst.b.bits // 8 != 128:
             _fail("tf32-nt-tile-k",

@@ -1,0 +1,532 @@
+"""emitter profile without a GPU: configs and their errors, timing statistics, stable selection on recorded
+timings (ties within noise), reports (CSV, JSON, tuning table, plots), the worker/runner through the fake
+backend (fault isolation included), and the sampled host check. GPU-only parts carry the `gpu` marker."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import random
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from emitter.errors import SpecError
+from emitter.profile import report as rep
+from emitter.profile.config import LLM_M, LLM_NK, Problem, ProfileConfig, load_config, parse_config_text
+from emitter.profile.records import CHECK_FAILED, FAULT, OK, Measurement, Op, min_bytes
+from emitter.profile.runner import plan, run, shard
+from emitter.profile.selection import choose, choose_all, noise_ms, tuning_table
+from emitter.profile.stats import TimingStats
+from emitter.profile.timing import iterations_for, rotation_sets
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cfg_text(text: str, file: str = "p.yaml") -> ProfileConfig:
+    return parse_config_text(textwrap.dedent(text), file)
+
+
+BASE = """
+manifests: [generated/demo]
+problems:
+  - {m: 128, n: 256, k: 512}
+"""
+
+
+# ------------------------------------------------------------------------------------------ config
+def test_named_sets_square_and_llm():
+    c = cfg_text("manifests: [x]\nproblems: [{set: square}, {set: llm}]\n")
+    squares = [p for p in c.problems if p.m == p.n == p.k]
+    assert [p.m for p in squares[:5]] == [1024, 2048, 4096, 8192, 16384]
+    llm = c.problems[5:]
+    assert len(LLM_M) * len(LLM_NK) == 30
+    assert len(llm) == 29          # 8192^3 is in both sets: listed once, where it first appears
+    assert Problem(16, 128256, 4096) in llm and Problem(8192, 4096, 14336) in llm
+
+
+def test_ranges_lists_products_and_dedupe():
+    c = cfg_text("""
+        manifests: generated/demo
+        problems:
+          - square: {from: 1024, to: 8192, mul: 2}
+          - {m: [16, 32], n: {from: 128, to: 384, step: 128}, k: 64, batch: [1, 2]}
+          - {m: 1024, n: 1024, k: 1024}        # a repeat: dropped
+          - llm                                # shorthand for {set: llm}
+    """)
+    assert c.manifests == ("generated/demo",)
+    assert c.problems[:4] == tuple(Problem(s, s, s) for s in (1024, 2048, 4096, 8192))
+    grid = c.problems[4:4 + 12]
+    assert len(grid) == 2 * 3 * 2 and Problem(32, 384, 64, 2) in grid
+    assert len(c.problems) == 4 + 12 + 29       # 8192^3 came with the squares
+
+
+def test_defaults_and_timing_modes():
+    c = cfg_text(BASE)
+    assert c.baselines == ("cublas",) and c.check and c.beta == 0.0 and c.gpus == "all"
+    assert c.timing.iterations == 100 and c.timing.rotate == "auto" and c.timing.blocking_kernel
+    c2 = cfg_text(BASE + "timing: {min_duration_ms: 20, repeats: 3, rotate: 268435456, warmup_ms: 5}\n"
+                         "baselines: none\ngpus: [0, 1]\nselect: ['a=bf16', '*128x256*']\n")
+    assert c2.timing.iterations is None and c2.timing.min_duration_ms == 20 and c2.timing.rotate == 1 << 28
+    assert c2.baselines == () and c2.gpus == (0, 1) and c2.select == ("a=bf16", "*128x256*")
+    assert iterations_for(c2.timing, 0.05) == 400 and iterations_for(c2.timing, 100.0) == 10
+    assert iterations_for(c.timing, 1.0) == 100
+
+
+def test_config_json_round_trip():
+    c = cfg_text(BASE + "gpus: [0, 2]\nselect: a=bf16\npeaks: {tflops: {bf16: 900}}\n")
+    assert ProfileConfig.from_json(json.loads(json.dumps(c.to_json()))) == c
+
+
+def test_shipped_configs_parse():
+    for path in sorted((ROOT / "configs" / "profile").glob("*.yaml")):
+        c = load_config(path)
+        assert c.problems and c.manifests == ("generated/demo",)
+    assert len(load_config(ROOT / "configs/profile/llm_shapes.yaml").problems) == 30
+    assert len(load_config(ROOT / "configs/profile/square.yaml").problems) == 5
+
+
+BAD = [
+    # (text, line, key path, fragment of the message)
+    ("manifests: [x]\nproblem: [{set: llm}]\n", 2, "problem", "did you mean 'problems'"),
+    ("manifests: [x]\nproblems:\n  - {set: huge}\n", 3, "problems[0].set", "unknown problem set"),
+    ("manifests: [x]\nproblems:\n  - {m: 1, n: 2}\n", 3, "problems[0]", "lacks 'k'"),
+    ("manifests: [x]\nproblems:\n  - {m: 0, n: 2, k: 3}\n", 3, "problems[0].m", "out of range"),
+    ("manifests: [x]\nproblems:\n  - {m: 1, n: 2, k: {from: 8, to: 4, mul: 2}}\n", 3, "problems[0].k.to", "below"),
+    ("manifests: [x]\nproblems:\n  - {m: 1, n: 2, k: {from: 1, to: 4}}\n", 3, "problems[0].k", "exactly one of"),
+    ("manifests: [x]\nproblems: [{square: 64}]\ntiming:\n  iterations: 10\n  min_duration_ms: 5\n", 5,
+     "timing.min_duration_ms", "not both"),
+    ("manifests: [x]\nproblems: [{square: 64}]\ntiming: {rotate: sometimes}\n", 3, "timing.rotate", "rotate takes"),
+    ("manifests: [x]\nproblems: [{square: 64}]\ntiming: {repeat: 3}\n", 3, "timing.repeat", "did you mean 'repeats'"),
+    ("manifests: [x]\nproblems: [{square: 64}]\nbaselines: [cudnn]\n", 3, "baselines[0]", "unknown baseline"),
+    ("manifests: [x]\nproblems: [{square: 64}]\nselect: ['a=']\n", 3, "select[0]", "key=value"),
+    ("manifests: [x]\nproblems: [{square: 64}]\noutput: {csv: a/b.csv}\n", 3, "output.csv", "file name"),
+    ("manifests: [x]\nproblems: [{square: 64}]\ngpus: [0, 0]\n", 3, "gpus", "twice"),
+    ("problems: [{square: 64}]\n", None, "manifests", "names no manifest"),
+    ("manifests: [x]\n", None, "problems", "needs a 'problems' list"),
+    ("manifests: [x]\nproblems: [{square: 64}]\ncheck: yes please\n", 3, "check", "true or false"),
+    ("manifests: [x]\nproblems: [{square: 64}\n", 3, None, "invalid YAML"),
+]
+
+
+@pytest.mark.parametrize("text,line,key,fragment", BAD)
+def test_bad_configs_name_file_line_and_key(text, line, key, fragment):
+    with pytest.raises(SpecError) as ei:
+        parse_config_text(text, "bad.yaml")
+    e = ei.value
+    assert e.file == "bad.yaml"
+    if line is not None:
+        assert e.line == line, e.render()
+    if key is not None:
+        assert e.key_path == key, e.render()
+    assert fragment in e.render(), e.render()
+    assert e.exit_code == 2
+
+
+def test_cli_reports_config_error_without_traceback(tmp_path):
+    from emitter.cli import main
+
+    p = tmp_path / "bad.yaml"
+    p.write_text("manifests: [x]\nproblems: [{set: sqare}]\n")
+    res = CliRunner().invoke(main, ["profile", str(p)])
+    assert res.exit_code == 2
+    assert f"{p}:2: error: unknown problem set" in res.output and "Traceback" not in res.output
+
+
+# ------------------------------------------------------------------------------------------ stats, timing
+def test_stats_median_iqr_and_repeat_spread():
+    s = TimingStats.from_samples([[1.0, 2.0, 3.0, 4.0], [2.0, 3.0, 4.0, 5.0]])
+    assert s.median_ms == 3.0 and s.q25_ms == 2.0 and s.q75_ms == 4.0 and s.iqr_ms == 2.0
+    assert s.repeat_medians_ms == (2.5, 3.5) and s.run_spread_ms == 1.0
+    assert s.samples == 8 and s.repeats == 2 and s.iterations == 4
+    assert TimingStats.from_json(json.loads(json.dumps(s.to_json()))) == s
+    with pytest.raises(ValueError):
+        TimingStats.from_samples([[1.0, float("nan")]])
+
+
+def test_rotation_sets_cover_twice_l2():
+    l2 = 50 * 2 ** 20
+    assert rotation_sets(10 * 2 ** 20, l2, "auto") == 11           # 100 MB / 10 MB + 1
+    assert rotation_sets(4 * 2 ** 30, l2, "auto") == 2             # huge: still two sets
+    assert rotation_sets(4 * 2 ** 30, l2, "auto", free_bytes=8 * 2 ** 30) == 1   # not two in 40% of 8 GB
+    assert rotation_sets(1024, l2, "auto") == 64                   # capped
+    assert rotation_sets(10 * 2 ** 20, l2, False) == 1
+    assert rotation_sets(10 * 2 ** 20, l2, 30 * 2 ** 20) == 4
+
+
+# ------------------------------------------------------------------------------------------ selection
+OP = Op("bf16", "bf16", "bf16", "bf16", "row", "col", "row")
+P = Problem(4096, 4096, 4096)
+
+
+def meas(name: str, median: float, spread: float = 0.002, *, seed: int = 0, status: str = OK, op: Op = OP,
+         problem: Problem = P, kind: str = "kernel", repeats: int = 5, n: int = 50) -> Measurement:
+    """A recorded measurement: repeats x n launches around `median` with relative spread `spread`."""
+    rng = np.random.default_rng(seed)
+    groups = [list(median * (1 + spread * rng.standard_normal(n))) for _ in range(repeats)]
+    m = Measurement(kind, name, "emitter" if kind == "kernel" else "torch.matmul (cuBLAS)", op, problem, status)
+    if status == OK:
+        m.stats = TimingStats.from_samples(groups)
+    return m
+
+
+def test_clear_winner_is_the_fastest():
+    ch = choose([meas("k_b", 1.00, seed=1), meas("k_a", 1.10, seed=2), meas("k_c", 1.30, seed=3)])
+    assert ch.winner.name == "k_b" and ch.ties == ("k_b",) and ch.candidates == 3
+    assert ch.margin_ms == pytest.approx(0.10, abs=0.01)
+
+
+def test_ties_within_noise_go_to_name_order():
+    # k_z is 0.3% faster than k_a: within the 1% floor, so a tie, and the name order picks k_a
+    ch = choose([meas("k_z", 1.000, seed=1), meas("k_a", 1.003, seed=2), meas("k_m", 1.2, seed=3)], 0.01)
+    assert ch.fastest.name == "k_z" and ch.winner.name == "k_a" and ch.ties == ("k_a", "k_z")
+    # with no tolerance floor and tiny spread they are told apart
+    ch0 = choose([meas("k_z", 1.000, 0.0001, seed=1), meas("k_a", 1.003, 0.0001, seed=2)], 0.0)
+    assert ch0.winner.name == "k_z" and ch0.ties == ("k_z",)
+
+
+def test_noisy_measurements_widen_the_tie():
+    quiet = meas("k_a", 1.04, 0.001, seed=1)
+    noisy = meas("k_b", 1.00, 0.06, seed=2)       # IQR ~ 8% of the median
+    assert noise_ms(noisy.stats, quiet.stats, 0.01) > 0.04
+    assert choose([noisy, quiet]).ties == ("k_a", "k_b")
+
+
+def test_repeat_drift_counts_as_noise():
+    a = meas("k_a", 1.00, 0.001, seed=1)
+    drift = Measurement("kernel", "k_b", "emitter", OP, P)
+    drift.stats = TimingStats.from_samples([[1.02] * 20, [0.97] * 20, [1.03] * 20])  # run-to-run 6%
+    assert drift.stats.iqr_ms > 0 and drift.stats.run_spread_ms == pytest.approx(0.06)
+    assert choose([a, drift]).ties == ("k_a", "k_b")
+
+
+def test_selection_is_stable_across_reruns_and_input_order():
+    """Reruns of the same profile (fresh noise each) pick the same winner, whatever order rows come in."""
+    true = {"k_coop_128x256": 1.000, "k_pingpong_64x128": 1.004, "k_streamk_128x128": 1.08, "k_small": 1.5}
+    winners = set()
+    for run_no in range(20):
+        ms = [meas(n, t, 0.004, seed=run_no * 100 + i) for i, (n, t) in enumerate(true.items())]
+        random.Random(run_no).shuffle(ms)
+        ch = choose(ms, 0.01)
+        winners.add(ch.winner.name)
+        assert set(ch.ties) == {"k_coop_128x256", "k_pingpong_64x128"}
+    assert winners == {"k_coop_128x256"}
+
+
+def test_failed_and_check_failed_kernels_never_win():
+    ms = [meas("k_a", 0.5, status=CHECK_FAILED), meas("k_b", 1.0), meas("k_c", 0.1, status=FAULT)]
+    assert choose(ms).winner.name == "k_b"
+    assert choose([meas("k_a", 0.5, status=CHECK_FAILED)]) is None
+
+
+def test_choose_all_groups_by_op_and_problem():
+    f16 = Op("f16", "f16", "f16", "f16", "row", "col", "row")
+    q = Problem(16, 4096, 4096)
+    ms = [meas("a", 1.0), meas("b", 0.5), meas("a", 0.2, problem=q), meas("b", 0.3, problem=q),
+          meas("c", 9.0, op=f16), meas("cublas", 0.1, kind="baseline")]
+    got = {k: c.winner.name for k, c in choose_all(ms).items()}
+    assert got == {(OP.key, (4096, 4096, 4096, 1)): "b", (OP.key, (16, 4096, 4096, 1)): "a",
+                   (f16.key, (4096, 4096, 4096, 1)): "c"}
+
+
+# ------------------------------------------------------------------------------------------ reports
+def recorded() -> tuple[list[Measurement], dict[int, dict], ProfileConfig]:
+    """A recorded H100 run: two problems, three kernels and cuBLAS, one kernel tied, one wrong, one fault."""
+    q = Problem(16, 4096, 4096)
+    ms = [
+        meas("cublas", 0.1800, kind="baseline", seed=1), meas("cublas", 0.0140, kind="baseline", problem=q, seed=2),
+        meas("gemm_k_coop", 0.1750, seed=3), meas("gemm_k_pingpong", 0.1755, seed=4),
+        meas("gemm_k_streamk", 0.2100, seed=5), meas("gemm_k_coop", 0.0150, problem=q, seed=6),
+        meas("gemm_k_streamk", 0.0120, problem=q, seed=7), meas("gemm_k_pingpong", 0.0, problem=q, status=FAULT),
+        meas("gemm_k_wrong", 0.0, status=CHECK_FAILED),
+    ]
+    ms[7].reason = "the worker process died"
+    ms[8].reason = "rel err 0.3 > tol 0.01"
+    for m in ms:
+        m.gpu = 0
+    env = {0: {"name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "cc": "9.0", "l2_bytes": 52428800,
+               "driver": "580.65", "nvcc": "13.0", "cutlass": "4.2.0", "emitter_version": "0.1.0"}}
+    cfg = cfg_text("manifests: [generated/demo]\nproblems: [{square: 4096}, {m: 16, n: 4096, k: 4096}]\n")
+    return ms, env, cfg
+
+
+def test_report_figures_ratio_and_peak():
+    ms, env, cfg = recorded()
+    r = rep.build(ms, env, cfg)
+    coop = next(m for m in ms if m.name == "gemm_k_coop" and m.problem == P)
+    f = r.figures[("kernel", "gemm_k_coop", OP.key, (4096, 4096, 4096, 1))]
+    tflops = P.flops / (coop.stats.median_ms * 1e-3) / 1e12
+    assert f["tflops"] == pytest.approx(tflops)
+    assert f["pct_peak"] == pytest.approx(100 * tflops / 989)
+    assert f["gbs"] == pytest.approx(min_bytes(OP, P, 0.0) / (coop.stats.median_ms * 1e-3) / 1e9)
+    assert f["pct_peak_bw"] == pytest.approx(100 * f["gbs"] / 3350)
+    base = next(m for m in ms if m.kind == "baseline" and m.problem == P)
+    assert f["ratio"] == pytest.approx(base.stats.median_ms / coop.stats.median_ms)
+    ch = r.choices[(OP.key, (4096, 4096, 4096, 1))]
+    assert ch.winner.name == "gemm_k_coop" and ch.ties == ("gemm_k_coop", "gemm_k_pingpong")
+    assert r.choices[(OP.key, (16, 4096, 4096, 1))].winner.name == "gemm_k_streamk"
+    g = rep.geomeans(r)[OP.key]
+    assert g["problems"] == 2 and g["min_ratio"] < g["geomean_ratio"]
+
+
+def test_csv_json_tuning_and_replay(tmp_path):
+    ms, env, cfg = recorded()
+    r = rep.build(ms, env, cfg)
+    paths = rep.write_all(r, tmp_path, plots=False)
+    rows = list(csv.DictReader(io.StringIO(Path(paths["csv"]).read_text())))
+    assert list(rows[0]) == rep.CSV_COLUMNS and len(rows) == len(ms)
+    best = [x for x in rows if x["best"] == "True"]
+    assert {(x["m"], x["name"]) for x in best} == {("4096", "gemm_k_coop"), ("16", "gemm_k_streamk")}
+    assert {x["name"] for x in rows if x["tied"] == "True"} == {"gemm_k_coop", "gemm_k_pingpong"}
+    wrong = next(x for x in rows if x["name"] == "gemm_k_wrong")
+    assert wrong["status"] == CHECK_FAILED and wrong["tflops"] == "" and "tol" in wrong["reason"]
+
+    data = json.loads(Path(paths["json"]).read_text())
+    assert data["schema_version"] == 1 and data["kind"] == "emitter.profile"
+    e = data["environment"]
+    assert (e["name"], e["sm_count"], e["driver"], e["nvcc"], e["cutlass"]) == (
+        "NVIDIA H100 80GB HBM3", 132, "580.65", "13.0", "4.2.0")
+    assert e["emitter_version"] and data["peaks"]["hbm_tbs"] == 3.35 and data["peaks"]["tflops"]["bf16"] == 989
+    assert data["baselines"] == ["torch.matmul (cuBLAS)"]
+
+    tuning = json.loads(Path(paths["tuning"]).read_text())
+    assert tuning["schema_version"] == 1 and tuning["gpu"]["name"] == "NVIDIA H100 80GB HBM3"
+    by_m = {t["problem"]["m"]: t for t in tuning["entries"]}
+    assert by_m[4096]["kernel"] == "gemm_k_coop" and by_m[4096]["ties"] == ["gemm_k_coop", "gemm_k_pingpong"]
+    assert by_m[4096]["ratio_to_baseline"] > 1 and by_m[16]["op"]["layout"] == "tnt"
+
+    # replay: the recorded results give the same choices and the same files, with no GPU
+    ms2, env2, cfg2 = rep.from_json(data)
+    r2 = rep.build(ms2, env2, cfg2)
+    assert {k: c.winner.name for k, c in r2.choices.items()} == {k: c.winner.name for k, c in r.choices.items()}
+    assert rep.to_csv(r2) == rep.to_csv(r)
+
+
+def test_terminal_table_shows_best_ratio_and_failures():
+    from rich.console import Console
+
+    ms, env, cfg = recorded()
+    r = rep.build(ms, env, cfg)
+    con = Console(record=True, width=240)
+    rep.print_table(r, con, all_kernels=True)
+    text = con.export_text()
+    assert "NVIDIA H100 80GB HBM3" in text and "torch.matmul (cuBLAS)" in text
+    assert "* k_coop" in text and "check_failed" in text and "fault" in text
+    assert "geometric mean of best/cuBLAS" in text
+    con2 = Console(record=True, width=240)
+    rep.print_table(r, con2)
+    assert "k_wrong" not in con2.export_text()
+
+
+def test_plots_written(tmp_path):
+    pytest.importorskip("matplotlib")
+    ms, env, cfg = recorded()
+    out = rep.write_plots(rep.build(ms, env, cfg), tmp_path / "plots")
+    assert sorted(Path(p).name for p in out) == [f"{OP.key}_ratio.png", f"{OP.key}_tflops.png"]
+    for p in out:
+        assert Path(p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plots_without_matplotlib_say_so(tmp_path, monkeypatch):
+    import builtins
+
+    real = builtins.__import__
+
+    def no_mpl(name, *a, **k):
+        if name.startswith("matplotlib"):
+            raise ImportError(name)
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_mpl)
+    ms, env, cfg = recorded()
+    assert "matplotlib is not installed" in rep.write_plots(rep.build(ms, env, cfg), tmp_path)
+
+
+def test_peaks_per_gpu():
+    from emitter.profile.device import peaks_for
+
+    assert peaks_for("NVIDIA H200")["hbm_tbs"] == 4.8
+    assert peaks_for("NVIDIA H100 80GB HBM3")["tflops"]["e4m3"] == 1979
+    assert peaks_for("NVIDIA H100 80GB HBM3")["tflops"]["tf32"] == 494
+    other = peaks_for("Some GPU", {"memory_clock_khz": 1_000_000, "memory_bus_bits": 4096})
+    assert other["tflops"] == {} and other["hbm_tbs"] == pytest.approx(1.024)
+    assert peaks_for("x", None, {"tflops": {"bf16": 100.0}, "hbm_tbs": 1.0})["tflops"]["bf16"] == 100.0
+
+
+# ------------------------------------------------------------------------------------------ runner + fake backend
+@pytest.fixture(scope="module")
+def manifest_dir(tmp_path_factory):
+    from emitter.emit import emit
+
+    out = tmp_path_factory.mktemp("gen")
+    emit([ROOT / "configs/gemm/sm90a_bf16.yaml", ROOT / "configs/gemm/sm90a_fp8.yaml"], out)
+    return out
+
+
+def test_shard_balances_flops_deterministically():
+    ps = [Problem(s, s, s) for s in (1024, 2048, 4096, 8192, 16384)] + [Problem(16, 4096, 4096)]
+    one, two = shard(ps, 2)
+    assert Problem(16384, 16384, 16384) in one and Problem(8192, 8192, 8192) in two
+    assert sorted(one + two) == sorted(ps) and shard(ps, 2) == [one, two]
+    assert shard(ps, 1) == [ps]
+
+
+def test_plan_selects_and_resolves_manifests_beside_the_config(manifest_dir, tmp_path):
+    cfg_path = manifest_dir.parent / "p.yaml"
+    cfg_path.write_text(f"manifests: [{manifest_dir.name}]\nselect: a=e4m3\nproblems: [{{square: 1024}}]\n")
+    pl = plan(load_config(cfg_path), cwd=tmp_path)      # not under cwd: found beside the config
+    assert {i["entry"]["config"]["a"] for i in pl.instances} == {"e4m3"} and len(pl.instances) == 2
+    pl2 = plan(load_config(cfg_path), exclude=("pingpong",), cwd=tmp_path)
+    assert len(pl2.instances) == 1
+    from emitter.profile.runner import ProfileError
+
+    with pytest.raises(ProfileError, match="keeps none"):
+        plan(load_config(cfg_path), select=("tile=1x1x1",), cwd=tmp_path)
+
+
+def _fake_config(manifest_dir: Path, extra: str = "") -> ProfileConfig:
+    return parse_config_text(f"manifests: [{manifest_dir}]\nproblems:\n  - {{m: 128, n: 256, k: 512}}\n"
+                             f"  - square: 1024\ntiming: {{iterations: 20, repeats: 3}}\n{extra}", "p.yaml")
+
+
+def test_fake_run_in_process(manifest_dir, tmp_path):
+    cfg = _fake_config(manifest_dir)
+    pl = plan(cfg)
+    outcome = run(cfg, pl, tmp_path, [0], backend="fake", isolate=False)
+    kernels = [m for m in outcome.measurements if m.kind == "kernel"]
+    assert len(kernels) == len(pl.instances) * 2 and all(m.ok for m in kernels)
+    assert all(m.check["passed"] and "emitter.verify" in m.check["reference"] for m in kernels)
+    assert len([m for m in outcome.measurements if m.kind == "baseline"]) == 2 * 2   # bf16 + fp8 ops
+    r = rep.build(outcome.measurements, outcome.envs, cfg)
+    assert len(r.choices) == 4
+
+
+def test_fake_run_isolates_faults_and_wrong_kernels(manifest_dir, tmp_path):
+    """A CUDA fault kills its worker; the runner records it, restarts, and the rest is still measured.
+    A kernel computing a wrong result fails its check and its time does not count."""
+    cfg = _fake_config(manifest_dir)
+    pl = plan(cfg)
+    names = sorted(i["entry"]["name"] for i in pl.instances)
+    pingpong = next(n for n in names if "bf16" in n and "pingpong" in n and "c1x1x1" in n)
+    streamk = next(n for n in names if "streamk" in n)
+    faults = [{"kind": "illegal_address", "select": pingpong, "problem": "1024x1024x1024"},
+              {"kind": "wrong", "select": streamk}]
+    outcome = run(cfg, pl, tmp_path, [0], backend="fake", faults=faults)
+    by = {(m.name, m.problem.key): m for m in outcome.measurements if m.kind == "kernel"}
+    assert by[(pingpong, "1024x1024x1024")].status == FAULT
+    assert by[(pingpong, "128x256x512")].status == OK
+    assert by[(streamk, "1024x1024x1024")].status == CHECK_FAILED and by[(streamk, "1024x1024x1024")].stats is None
+    assert outcome.restarts == 1
+    assert len(by) == len(pl.instances) * 2                  # nothing measured twice, nothing lost
+    assert sum(m.kind == "baseline" for m in outcome.measurements) == 4
+
+
+def test_fake_run_on_two_gpus_shards_problems(manifest_dir, tmp_path):
+    cfg = _fake_config(manifest_dir, "gpus: 2\n")
+    pl = plan(cfg)
+    outcome = run(cfg, pl, tmp_path, [0, 1], backend="fake")
+    gpus = {m.problem.key: m.gpu for m in outcome.measurements}
+    assert gpus == {"1024x1024x1024": 0, "128x256x512": 1}
+    assert set(outcome.envs) == {0, 1}
+
+
+def test_cli_fake_end_to_end_and_replay(manifest_dir, tmp_path):
+    from emitter.cli import main
+
+    cfg = tmp_path / "p.yaml"
+    cfg.write_text(f"manifests: [{manifest_dir}]\nproblems: [{{square: [1024, 2048]}}]\n"
+                   f"timing: {{iterations: 10, repeats: 2}}\noutput: {{dir: {tmp_path / 'res'}, plots: false}}\n")
+    res = CliRunner().invoke(main, ["profile", str(cfg), "--backend", "fake", "--select", "a=bf16"])
+    assert res.exit_code == 0, res.output
+    out = tmp_path / "res"
+    for f in ("profile.csv", "profile.json", "tuning.json"):
+        assert (out / f).is_file()
+    assert "fake cuBLAS" in res.output and "geometric mean" in res.output
+    tuning = json.loads((out / "tuning.json").read_text())
+    assert len(tuning["entries"]) == 2
+    res2 = CliRunner().invoke(main, ["profile", "--replay", str(out / "profile.json"), "--no-plots"])
+    assert res2.exit_code == 0, res2.output
+    assert json.loads((out / "replay" / "tuning.json").read_text())["entries"] == tuning["entries"]
+
+
+# ------------------------------------------------------------------------------------------ host check
+class _HostArena:
+    """Stands in for the device arena: 'pointers' index numpy storage arrays."""
+
+    def __init__(self) -> None:
+        self.bufs: dict[int, np.ndarray] = {}
+
+    def put(self, arr: np.ndarray) -> int:
+        ptr = 4096 * (len(self.bufs) + 1)
+        self.bufs[ptr] = arr
+        return ptr
+
+    def to_host(self, ptr: int, dtype, count: int) -> np.ndarray:
+        return self.bufs[ptr][:count].astype(dtype, copy=True)
+
+
+@pytest.mark.parametrize("layout_a,layout_b,beta", [("row", "col", 0.0), ("col", "row", 0.5)])
+def test_sampled_host_check_passes_right_and_catches_wrong(layout_a, layout_b, beta):
+    from emitter.profile.check import check_host
+    from emitter.profile.workload import OperandSet, ProblemData, gemm_problem, layouts, op_config
+    from emitter.runtime.hostdata import decode, encode, poison_value
+
+    op = Op("bf16", "bf16", "bf16", "bf16", layout_a, layout_b, "row")
+    p = Problem(96, 300, 64)
+    cfg = op_config(op)
+    lay = layouts(cfg, gemm_problem(p, 1.0, beta))
+    rng = np.random.default_rng(0)
+    arena = _HostArena()
+    A = encode(rng.uniform(-1, 1, lay.A.elements()), cfg.a)
+    B = encode(rng.uniform(-1, 1, lay.B.elements()), cfg.b)
+    C = encode(rng.uniform(-1, 1, lay.C.elements()), cfg.c)
+    ref = np.matmul(decode(lay.A.gather(A), cfg.a), decode(lay.B.gather(B), cfg.b)) + beta * decode(lay.C.gather(C), cfg.c)
+    D = np.full(lay.D.elements(), poison_value(cfg.d))
+    lay.D.scatter(D, encode(ref, cfg.d))
+    s = OperandSet(arena.put(A), arena.put(B), arena.put(C) if beta else 0, arena.put(D), 0)
+    data = ProblemData(op, p, 1.0, beta, [s], cfg, lay, arena)
+    good = check_host(data, cfg)
+    assert good["passed"] and good["rel_err"] < 5e-3, good
+    D[-1] = poison_value(cfg.d)                     # one element never written (the last one)
+    bad = check_host(data, cfg)
+    assert not bad["passed"] and bad["unwritten"] == 1
+    lay.D.scatter(D, encode(ref * 1.1, cfg.d))     # 10% off everywhere
+    wrong = check_host(data, cfg)
+    assert not wrong["passed"] and "rel err" in wrong["reason"]
+
+
+# ------------------------------------------------------------------------------------------ GPU
+@pytest.mark.gpu
+def test_event_timer_times_the_gpu_not_python():
+    """The blocking kernel spins 0.2 ms per launch: the median must be 0.2 ms, launch overhead excluded."""
+    import pycuda.autoprimaryctx  # noqa: F401
+    import pycuda.driver as drv
+
+    from emitter.profile.config import Timing
+    from emitter.profile.timing import EventTimer
+
+    stream = drv.Stream()
+    timer = EventTimer(stream, Timing(warmup=3, iterations=50, repeats=3))
+    spin = timer._spin
+
+    def launch(i: int) -> None:
+        spin.prepared_async_call((1, 1, 1), (1, 1, 1), stream, np.uint64(200_000))
+
+    got = timer.measure(launch, 1)
+    assert got.stats.median_ms == pytest.approx(0.2, rel=0.1)
+    assert got.stats.samples == 150
+
+
+def test_fake_run_kills_a_hanging_kernel(manifest_dir, tmp_path):
+    cfg = _fake_config(manifest_dir)
+    pl = plan(cfg, select=("a=e4m3",))
+    victim = sorted(i["entry"]["name"] for i in pl.instances)[0]
+    faults = [{"kind": "hang", "select": victim, "problem": "1024x1024x1024", "seconds": 120}]
+    outcome = run(cfg, pl, tmp_path, [0], backend="fake", faults=faults, stall_timeout_s=3)
+    by = {(m.name, m.problem.key): m for m in outcome.measurements if m.kind == "kernel"}
+    assert by[(victim, "1024x1024x1024")].status == FAULT and "no progress" in by[(victim, "1024x1024x1024")].reason
+    assert all(m.ok for k, m in by.items() if k != (victim, "1024x1024x1024"))
