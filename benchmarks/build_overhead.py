@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -56,16 +57,29 @@ def one_instance_manifest(work: Path, src_root: Path | None, entry: dict | None)
     return out
 
 
-def timed(argv: list[str], cwd: Path, env: dict | None = None) -> float:
+class T:
+    """Wall and CPU seconds (user + system of the process tree, which contention on a shared machine
+    disturbs far less than wall time)."""
+
+    def __init__(self, wall: float = 0.0, cpu: float = 0.0):
+        self.wall, self.cpu = wall, cpu
+
+    def __add__(self, other: "T") -> "T":
+        return T(self.wall + other.wall, self.cpu + other.cpu)
+
+
+def timed(argv: list[str], cwd: Path, env: dict | None = None) -> T:
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     r = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     dt = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if r.returncode != 0:
         sys.exit(f"failed ({r.returncode}): {' '.join(argv)}\n{r.stdout.decode()[-3000:]}")
-    return dt
+    return T(dt, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime))
 
 
-def plain(out: Path, extra: tuple[str, ...] = ()) -> float:
+def plain(out: Path, extra: tuple[str, ...] = ()) -> T:
     p = plan(out, json.loads((out / "manifest.json").read_text())["instances"], toolchain())[0]
     (out / "plain").mkdir(exist_ok=True)
     dev = Commands.fill(p.cmds.device, p.src_rel, "plain/x.cubin")
@@ -73,7 +87,7 @@ def plain(out: Path, extra: tuple[str, ...] = ()) -> float:
     return timed(dev[:1] + list(extra) + dev[1:], out) + timed(host[:1] + list(extra) + host[1:], out)
 
 
-def emitter_build(out: Path, jobs: int) -> float:
+def emitter_build(out: Path, jobs: int) -> T:
     cache = Path(tempfile.mkdtemp(prefix="emitter-bench-cache-"))
     shutil.rmtree(out / "build", ignore_errors=True)
     try:
@@ -95,7 +109,8 @@ def experiments(out: Path) -> None:
         ("host shim -fdevice-syntax-only", host[:1] + ["-fdevice-syntax-only"] + host[1:]),
     ]
     for label, argv in rows:
-        print(f"    {label:<36} {timed(argv, out):7.2f} s", flush=True)
+        t = timed(argv, out)
+        print(f"    {label:<36} wall {t.wall:7.2f} s   cpu {t.cpu:7.2f} s", flush=True)
 
 
 def main() -> None:
@@ -119,20 +134,22 @@ def main() -> None:
     else:
         picks.append((None, None))
     repeat = args.repeat or (1 if args.manifest else 5)
-    print(f"{'instance':<60} {'plain':>8} {'plain-t0':>9} {'emit-j1':>8} {'ratio':>6} {'emit-j2':>8} {'ratio':>6}")
+    print(f"{'instance':<44} {'':4} {'plain':>8} {'plain-t0':>9} {'emit-j1':>8} {'ratio':>6} {'emit-j2':>8} {'ratio':>6}")
     for src, entry in picks:
         with tempfile.TemporaryDirectory(prefix="emitter-bench-") as tmp:
             out = one_instance_manifest(Path(tmp), src, entry)
             name = entry["name"] if entry else "tiny (synthetic, sm80)"
-            t = {"plain": [], "t0": [], "j1": [], "j2": []}
+            t: dict[str, list[T]] = {"plain": [], "t0": [], "j1": [], "j2": []}
             for _ in range(repeat):          # interleaved, so drift on a shared machine hits all alike
                 t["plain"].append(plain(out))
                 t["j1"].append(emitter_build(out, 1))
                 t["t0"].append(plain(out, ("--threads", "0")))
                 t["j2"].append(emitter_build(out, 2))
-            m = {k: statistics.median(v) for k, v in t.items()}
-            print(f"{name[:60]:<60} {m['plain']:8.2f} {m['t0']:9.2f} {m['j1']:8.2f} {m['j1'] / m['plain']:6.3f} "
-                  f"{m['j2']:8.2f} {m['j2'] / m['plain']:6.3f}", flush=True)
+            for what in ("wall", "cpu"):
+                m = {k: statistics.median(getattr(x, what) for x in v) for k, v in t.items()}
+                print(f"{name[:44] if what == 'wall' else '':<44} {what:4} {m['plain']:8.2f} {m['t0']:9.2f} "
+                      f"{m['j1']:8.2f} {m['j1'] / m['plain']:6.3f} {m['j2']:8.2f} {m['j2'] / m['plain']:6.3f}",
+                      flush=True)
             if args.experiments:
                 experiments(out)
 

@@ -42,9 +42,11 @@ def step(title: str, argv: list[str], log: Path) -> float:
     with open(log, "w") as f:
         proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert proc.stdout is not None
-        for line in proc.stdout:
+        for line in proc.stdout:      # flushed line by line: a run cut short keeps its log
             f.write(line)
+            f.flush()
             sys.stdout.write(line)
+            sys.stdout.flush()
         code = proc.wait()
     dt = time.perf_counter() - t0
     print(f"== {title}: exit {code} in {dt:.1f} s (log {log})", flush=True)
@@ -66,6 +68,7 @@ def main() -> int:
     ap.add_argument("--min-duration-ms", type=float, default=20.0, help="timed launches per repeat (ms)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--skip-build", action="store_true", help="reuse the build in --out/gen")
+    ap.add_argument("--stall-timeout", type=float, default=300.0, help="seconds before a hung kernel is killed")
     args = ap.parse_args()
 
     out = (ROOT / args.out).resolve()
@@ -97,7 +100,8 @@ def main() -> int:
         + f"timing: {{warmup: 10, min_duration_ms: {args.min_duration_ms}, max_iterations: 400, repeats: {args.repeats}}}\n"
         + "baselines: [cublas]\n"
         + f"output: {{dir: {json.dumps(str(out / 'profile'))}}}\n")
-    times["profile"] = step("profile", py + ["profile", str(config), "-o", str(out / "profile")], out / "profile.log")
+    times["profile"] = step("profile", py + ["profile", str(config), "-o", str(out / "profile"), "--stall-timeout",
+                                             str(args.stall_timeout)], out / "profile.log")
 
     # the closing summary: best kernel per problem against cuBLAS (also in profile/tuning.json)
     data = json.loads((out / "profile" / "profile.json").read_text())

@@ -25,7 +25,7 @@ from click.testing import CliRunner
 from emitter.build import BuildOptions, build
 from emitter.build import nvcc as nvcc_mod
 from emitter.build import ptxas
-from emitter.build.builder import _analyse, _Plan, plan
+from emitter.build.builder import _analyse, _Plan
 from emitter.build.cache import Cache, cache_root
 from emitter.build.cli import register
 from emitter.build.resources import default_jobs, mem_available
@@ -388,13 +388,13 @@ def test_c7510_is_detected_in_a_ptxas_log():
 
 def test_serialized_policy_and_spill_warnings():
     p = _Plan({}, Path("."), "k", "sm90a", "k.cu", nvcc_mod.Commands((), ()), "0" * 64)
-    warnings, resources, error = _analyse(p, C7510_LOG, allow_serialized=False)
-    assert error and "C7510" in error and resources["spill_bytes"] == 344
+    warnings, resources, error, serialized = _analyse(p, C7510_LOG, allow_serialized=False)
+    assert error and "C7510" in error and resources["spill_bytes"] == 344 and serialized
     assert any(w.startswith("spills: poc_entry_g") for w in warnings)
-    _, _, error = _analyse(p, C7510_LOG, allow_serialized=True)
-    assert error is None
-    _, _, error = _analyse(p, CLEAN_LOG, allow_serialized=False)
-    assert error is None
+    _, _, error, serialized = _analyse(p, C7510_LOG, allow_serialized=True)
+    assert error is None and serialized
+    _, _, error, serialized = _analyse(p, CLEAN_LOG, allow_serialized=False)
+    assert error is None and not serialized
 
 
 def _meminfo(gib: float) -> str:

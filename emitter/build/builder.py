@@ -25,7 +25,7 @@ from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 from emitter import manifest as manifest_mod
 from emitter.build import ptxas
@@ -33,8 +33,8 @@ from emitter.build.cache import CACHE_FORMAT, Cache, KeyLock, cache_root, make_t
 from emitter.build.executor import NvccResult, NvccTask, make_executor, run_nvcc, terminate_running
 from emitter.build.nvcc import Commands, commands, find_nvcc, host_compiler_version, memory_per_job, nvcc_version
 from emitter.build.resources import default_jobs, mem_available, memory_budget
-from emitter.errors import EmitterError
 from emitter.cutlass_path import find_cutlass, headers_digest
+from emitter.errors import EmitterError
 from emitter.fsutil import atomic_write_json, atomic_write_text
 from emitter.selection import select as select_entries
 
@@ -253,7 +253,9 @@ def _combined_log(logs: dict[str, str]) -> str:
     return "\n".join(parts)
 
 
-def _analyse(p: _Plan, device_log: str, allow_serialized: bool) -> tuple[list[str], dict[str, int], str | None]:
+def _analyse(p: _Plan, device_log: str, allow_serialized: bool
+             ) -> tuple[list[str], dict[str, int], str | None, bool]:
+    """(warnings, resources, error, serialized) from the device compile's ptxas report."""
     rep = ptxas.parse(device_log)
     warnings = list(rep.warnings)
     for f in rep.spilling:
@@ -265,7 +267,7 @@ def _analyse(p: _Plan, device_log: str, allow_serialized: bool) -> tuple[list[st
                  f"its speed.\n  {rep.serialized_wgmma[0]}\n  fix: build with -DNDEBUG and without device "
                  f"asserts/extern calls in the mainloop, pick a tile that fits the registers, or pass "
                  f"--allow-serialized-wgmma to keep it anyway")
-    return warnings, rep.resources(f"emitter_{p.name}_kernel"), error
+    return warnings, rep.resources(f"emitter_{p.name}_kernel"), error, bool(rep.serialized_wgmma)
 
 
 def _first_error_lines(log: str, limit: int = 20) -> str:
@@ -368,19 +370,21 @@ class _Run:
 
     def _from_entry(self, p: _Plan, files: dict[str, Path], meta: dict[str, Any], status: str, t0: float) -> None:
         logs = meta.get("logs") or {}
-        warnings, resources, error = _analyse(p, logs.get("cubin", ""), self.opts.allow_serialized_wgmma)
+        warnings, resources, error, serialized = _analyse(p, logs.get("cubin", ""), self.opts.allow_serialized_wgmma)
         extra = {"compile_wall_s": meta.get("compile_wall_s"), "nvcc_version": meta.get("nvcc_version"),
-                 "cutlass": meta.get("cutlass"),
-                 "serialized_wgmma": bool(ptxas.parse(logs.get("cubin", "")).serialized_wgmma)}
+                 "cutlass": meta.get("cutlass"), "serialized_wgmma": serialized}
         log = _combined_log(logs)
+        if not error:
+            rec = _record(p, status, time.perf_counter() - t0, warnings=warnings, resources=resources, error=None,
+                          installed=True, extra=extra)
+            try:
+                _install(p, files, rec, log)
+            except OSError as e:
+                error = f"could not install the artifacts into {p.build_dir}: {e}"
         if error:
             rec = _record(p, "failed", time.perf_counter() - t0, warnings=warnings, resources=resources,
                           error=error, installed=False, extra=extra)
             _install_failure(p, rec, log)
-        else:
-            rec = _record(p, status, time.perf_counter() - t0, warnings=warnings, resources=resources, error=None,
-                          installed=True, extra=extra)
-            _install(p, files, rec, log)
         self._finish(p, rec, time.perf_counter() - t0)
 
     def _try_cached(self, p: _Plan) -> bool:
@@ -440,9 +444,19 @@ class _Run:
                     "compile_wall_s": {k: round(v.wall_s, 3) for k, v in p.results.items()},
                     "nvcc_version": self._tc_version, "cutlass": self._tc_cutlass}
             files = {k: p.work_file(k) for k in KINDS}
-            if self.cache is not None:
-                entry = self.cache.commit(p.key, p.work, files, meta)
-                files = {k: entry.file(k) for k in KINDS}
+            missing = [str(f) for f in files.values() if not f.is_file()]
+            try:
+                if missing:
+                    raise OSError(f"nvcc succeeded but wrote no {', '.join(missing)}")
+                if self.cache is not None:
+                    entry = self.cache.commit(p.key, p.work, files, meta)
+                    files = {k: entry.file(k) for k in KINDS}
+            except OSError as e:     # a full disk, say: this instance fails, the build goes on
+                rec = _record(p, "failed", wall, warnings=[], resources=None, error=f"emitter: {e}",
+                              installed=False, extra={"compile_wall_s": meta["compile_wall_s"]})
+                _install_failure(p, rec, _combined_log(logs))
+                self._finish(p, rec, wall)
+                return
             self._from_entry(p, files, meta, "ok", p.started_at)
         finally:
             self._release(p)

@@ -46,11 +46,13 @@ def _problems(values: tuple[str, ...]):
 @click.option("--no-plots", is_flag=True, help="do not write PNG plots")
 @click.option("--replay", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="re-select and re-report recorded results (a profile.json) without running anything")
+@click.option("--stall-timeout", type=click.FloatRange(1), default=300.0, show_default=True,
+              help="seconds without progress before a worker (a hung kernel) is killed and the kernel marked fault")
 @click.option("--tie-tolerance", type=click.FloatRange(0, 0.5), default=None,
               help="relative floor of the noise used to call kernels tied (default: config, 0.01)")
 def profile_cmd(config: Path | None, out: Path | None, select: tuple[str, ...], exclude: tuple[str, ...],
                 problems: tuple[str, ...], gpus: str | None, backend: str, no_check: bool, no_baseline: bool,
-                quick: bool, all_kernels: bool, no_plots: bool, replay: Path | None, tie_tolerance: float | None) -> None:
+                quick: bool, all_kernels: bool, no_plots: bool, replay: Path | None, stall_timeout: float, tie_tolerance: float | None) -> None:
     """Profile the kernels of CONFIG (a profile YAML) against cuBLAS in the same run.
 
     Each kernel is checked for correctness on each problem, then timed with CUDA events (warm-up, median of
@@ -112,7 +114,7 @@ def profile_cmd(config: Path | None, out: Path | None, select: tuple[str, ...], 
     console.print(f"profiling {len(the_plan.instances)} kernels x {len(the_plan.problems)} problems on "
                   f"{len(gpu_list)} GPU{'s' if len(gpu_list) > 1 else ''} ({backend}); "
                   f"check={'on' if cfg.check else 'OFF'}, baselines={', '.join(cfg.baselines) or 'none'}")
-    outcome = run(cfg, the_plan, out_dir, gpu_list, backend=backend)
+    outcome = run(cfg, the_plan, out_dir, gpu_list, backend=backend, stall_timeout_s=stall_timeout)
     for f in outcome.fatal:
         console.print(f"[red]{f}[/red]")
     if not outcome.measurements:

@@ -151,7 +151,7 @@ class _Shard:
 
 def run(config: ProfileConfig, the_plan: Plan, out_dir: Path, gpus: list[int], backend: str = "pycuda",
         faults: list[dict[str, Any]] | None = None, model: dict[str, Any] | None = None,
-        stall_timeout_s: float = 900.0, isolate: bool = True) -> RunOutcome:
+        stall_timeout_s: float = 300.0, isolate: bool = True) -> RunOutcome:
     work = out_dir / "work"
     work.mkdir(parents=True, exist_ok=True)
     base = {"config": config.to_json(), "instances": the_plan.instances, "backend": backend}

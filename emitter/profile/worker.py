@@ -133,7 +133,9 @@ class GpuEngine:
                     return m
             measured = self.timer.measure(launch, len(data.sets))
             m.stats = measured.stats
-            m.extra = {**self.extra(data), **measured.extra(), "launch": launch.info}
+            resets = [r[1] for r in launch.resets if r]
+            m.extra = {**self.extra(data), **measured.extra(), "launch": launch.info,
+                       "workspace_reset_bytes": max(resets) if resets else 0}
             if self.config.check:
                 # again after hundreds of launches: catches state (workspace, semaphores) that goes stale
                 poison_d(data, 0)

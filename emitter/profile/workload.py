@@ -31,6 +31,8 @@ from emitter.runtime.config import GemmConfig
 from emitter.runtime.hostdata import MatrixLayout, storage_dtype
 
 _DEFAULT_SHARED_LIMIT = 48 * 1024
+_WS_MARK = 0xA5                    # workspace bytes before initialize(): what it zeroes shows up as 0
+_WS_SCAN_LIMIT = 256 << 20         # larger workspaces are zeroed whole before each launch
 
 _STICKY = ("illegal memory access", "illegal address", "unspecified launch failure", "misaligned address",
            "illegal instruction", "invalid program counter", "device-side assert", "hardware stack error",
@@ -181,6 +183,10 @@ class KernelLaunch:
         shim, fn = h["shim"], h["fn"]
         p = data.gp.resolved(kernel.config)
         self.launches: list[tuple[tuple[int, int, int], tuple[int, int, int], bytes, int]] = []
+        # (pointer, bytes) of workspace that initialize() zeroes and every launch must find zeroed again
+        # (stream-K / split-K locks only ever count up): re-zeroed on the stream before each launch, as
+        # CUTLASS's own device adapter does in every run()
+        self.resets: list[tuple[int, int] | None] = []
         self.info: dict[str, Any] = {}
         self._allocs: list[Any] = []
         try:
@@ -197,11 +203,12 @@ class KernelLaunch:
                     raise CannotImplement(f"can_implement is false for {data.problem.key}")
                 if status != EMITTER_OK:
                     raise LaunchFailed(f"emitter_{kernel.name}_query returned {status_name(status)}")
-                ws = 0
-                if int(q.workspace_bytes) > 0:        # one workspace per set: a set's state is its own
-                    buf = drv.mem_alloc(int(q.workspace_bytes))
+                ws, ws_bytes = 0, int(q.workspace_bytes)
+                if ws_bytes > 0:        # one workspace per set: a set's state is its own
+                    buf = drv.mem_alloc(ws_bytes)
                     self._allocs.append(buf)
                     ws = int(buf)
+                    drv.memset_d8(ws, _WS_MARK, ws_bytes)
                 capacity = max(int(q.params_bytes), 64)
                 status, params, launch = shim.initialize(prob, ws, stream.handle, capacity)
                 if status == EMITTER_BUFFER_TOO_SMALL and launch.params_bytes > capacity:
@@ -221,6 +228,7 @@ class KernelLaunch:
                     fn.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
                     h["shared_set"] = shared
                 self.launches.append((grid, block, struct.pack("P", int(pbuf)), shared))
+                self.resets.append(self._zeroed_range(ws, ws_bytes) if ws_bytes else None)
                 self.info = launch.as_dict()
             stream.synchronize()            # workspace initialisation on the stream
         except drv.Error as e:
@@ -232,8 +240,25 @@ class KernelLaunch:
         self.fn = fn
         self._raw = getattr(fn, "_launch_kernel", None)
 
+    def _zeroed_range(self, ws: int, ws_bytes: int) -> tuple[int, int] | None:
+        """Which bytes of the workspace initialize() set to zero (they were marked before it ran)."""
+        self.stream.synchronize()
+        if ws_bytes > _WS_SCAN_LIMIT:
+            return (ws, ws_bytes)
+        host = np.empty(ws_bytes, dtype=np.uint8)
+        self.drv.memcpy_dtoh(host, ws)
+        zero = np.flatnonzero(host == 0)
+        if zero.size == 0:
+            return None
+        lo, hi = int(zero[0]), int(zero[-1]) + 1
+        return (ws + lo, hi - lo)
+
     def __call__(self, i: int) -> None:
-        grid, block, arg, shared = self.launches[i % len(self.launches)]
+        j = i % len(self.launches)
+        grid, block, arg, shared = self.launches[j]
+        reset = self.resets[j]
+        if reset is not None:
+            self.drv.memset_d8_async(reset[0], 0, reset[1], self.stream)
         if self._raw is not None:
             self._raw(grid, block, arg, shared, self.stream)
         else:  # pragma: no cover - older PyCUDA

@@ -261,12 +261,13 @@ def _check_dtypes(inst: GemmInstance) -> None:
               "are not supported by emitter; convert one operand first, or use the same width for both")
     if a in _FP8:
         if b not in _FP8:
-            _fail("input-dtype", f"a={a} pairs only with an fp8 b (e4m3 or e5m2), not b={b}")
+            _fail("input-dtype", f"a={a} pairs only with an fp8 b, not b={b}: use b: e4m3 or b: e5m2")
     elif a in _FLOAT32:
         if b is not a:
             _fail("input-dtype", f"a={a} with b={b}: use the same 32-bit type (f32 or tf32) for both")
     elif a is not b:
-        _fail("input-dtype", f"a={a} with b={b}: wgmma needs f16 x f16 or bf16 x bf16")
+        _fail("input-dtype", f"a={a} with b={b}: wgmma multiplies f16 x f16 or bf16 x bf16; use the same "
+              "16-bit type for a and b")
     allowed_acc = {
         DType.f16: (DType.f32, DType.f16), DType.bf16: (DType.f32,), DType.f32: (DType.f32,),
         DType.tf32: (DType.f32,), DType.e4m3: (DType.f32,), DType.e5m2: (DType.f32,), DType.s8: (DType.s32,),
@@ -274,7 +275,7 @@ def _check_dtypes(inst: GemmInstance) -> None:
     if acc not in allowed_acc:
         _fail("accumulator",
               f"accumulator {acc} with {a} inputs: wgmma accumulates {a} in "
-              f"{' or '.join(t.yaml for t in allowed_acc)}")
+              f"{' or '.join(t.yaml for t in allowed_acc)}; use accumulator: {allowed_acc[0]}")
     if cmp_ not in (DType.f32, acc):
         _fail("epilogue-compute",
               f"epilogue_compute {cmp_}: use f32 or the accumulator type ({acc})")
@@ -290,11 +291,11 @@ def _check_dtypes(inst: GemmInstance) -> None:
     act = inst.epilogue.activation
     if act not in (Activation.identity, Activation.relu) and cmp_ is not DType.f32:
         _fail("activation-compute",
-              f"activation {act} needs epilogue_compute: f32 (it is {cmp_})")
+              f"activation {act} is computed in float: use epilogue_compute: f32 (it is {cmp_})")
     if act is Activation.clamp:
         lo, hi = inst.epilogue.clamp_min, inst.epilogue.clamp_max
         if not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi:
-            _fail("clamp-bounds", f"clamp bounds [{lo}, {hi}] must be finite with clamp_min <= clamp_max")
+            _fail("clamp-bounds", f"clamp bounds [{lo}, {hi}]: use finite bounds with clamp_min <= clamp_max")
 
 
 def _check_tile(inst: GemmInstance) -> None:
@@ -351,7 +352,7 @@ def _check_layouts(inst: GemmInstance) -> None:
         if t.k * inst.b.bits // 8 != 128:
             _fail("tf32-nt-tile-k",
                   f"layout nt with {inst.a}: B is transposed in shared memory in 128-byte rows, so tile k "
-                  f"must be {1024 // inst.b.bits} (it is {t.k})")
+                  f"must be {1024 // inst.b.bits} (it is {t.k}): use tile k={1024 // inst.b.bits}, or layout tn")
     if not _swap_ab(inst) and t.n % t.k:
         _fail("tf32-tile-n-multiple-of-k",
               f"{inst.a} tile n={t.n} is not a multiple of tile k={t.k} (the 32-bit shared-memory layout of "
@@ -437,9 +438,9 @@ def _check_cluster(inst: GemmInstance) -> None:
     c = inst.cluster
     assert c is not None
     if c.k != 1:
-        _fail("cluster-k", f"cluster {c}: the cluster's k extent must be 1 (clusters share A/B tiles along M and N)")
+        _fail("cluster-k", f"cluster {c}: clusters share A/B tiles along M and N only; use cluster {c.m}x{c.n}x1")
     if c.m not in (1, 2, 4, 8) or c.n not in (1, 2, 4, 8):
-        _fail("cluster-shape", f"cluster {c}: each of m and n must be 1, 2, 4 or 8")
+        _fail("cluster-shape", f"cluster {c}: use 1, 2, 4 or 8 for each of m and n (TMA multicast masks)")
     if c.m * c.n > MAX_CLUSTER_CTAS:
         _fail("cluster-size", f"cluster {c} has {c.m * c.n} CTAs; the portable maximum on Hopper is 8: "
               "use e.g. 2x2x1, 4x2x1 or 2x4x1")
@@ -466,7 +467,8 @@ def _resolve_instruction(inst: GemmInstance) -> GemmInstance:
 def _check_shared_memory(inst: GemmInstance) -> None:
     if inst.stages != AUTO:
         if inst.stages < 2:
-            _fail("stages-min", f"stages={inst.stages}: the TMA pipeline needs at least 2 stages")
+            _fail("stages-min", f"stages={inst.stages}: the mainloop pipeline needs at least 2 stages; use stages >= 2 "
+                  "or stages: auto")
         need = _kernel_smem(inst, inst.stages)
         if need > SMEM_CAPACITY:
             fit = max(0, (SMEM_CAPACITY - _kernel_smem(inst, 0)) // _round_up(_stage_bytes(inst), 128))

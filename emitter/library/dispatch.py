@@ -1,0 +1,292 @@
+"""Dispatch data of an exported library, and the Python mirror of its C++ selection logic.
+
+The exported library carries two generated tables (src/<lib>_table.cpp):
+
+* kernel records, sorted by name: what each kernel computes (dtypes, layouts, epilogue), what it needs
+  (alignment, arch), its tile, and its `fallback_rank` (a fixed priority computed here);
+* tuning records: (kernel, m, n, k, batch) from the tuning table, sorted, with log2 of the shape
+  precomputed in 16.16 fixed point.
+
+The selection rule, implemented twice -- `candidate_order` below and `<lib>_detail::candidate_order` in
+templates/library/dispatch.h.j2 -- and tested to agree (tests/test_library.py compiles the C++ with g++):
+
+1. candidates: kernels whose operation matches the problem exactly (A/B/C/D types, accumulator unless
+   the problem says "any", layouts, activation (+ clamp bounds), bias kind), that run on the device
+   (sm_90a kernels: exactly compute capability 9.0; 2.x kernels: cc >= their arch, through PTX), batched
+   when batch > 1, split-K when split_k_slices > 1;
+2. tuned order: every tuning record whose kernel is a candidate gets the distance
+   |log2 m - log2 m'| + |log2 n - log2 n'| + |log2 k - log2 k'| + |log2 batch - log2 batch'|
+   (integers in 16.16 fixed point: bit-identical in both languages); each candidate's key is the
+   smallest (distance, record index) among its records; candidates with records come first, by key.
+   So the kernel that won the nearest profiled shape is tried first, then the winner of the next
+   nearest shape, and so on;
+3. the remaining candidates follow by `fallback_rank` (newest arch first, widest alignment, largest
+   tile, then name).
+
+The library then asks each candidate's host shim (can_implement: alignment, strides, shape) in that
+order and launches the first that accepts; if none does it returns NOT_SUPPORTED. When the problem's
+layouts have no direct candidates, it also tries the transposed problem D^T = B^T A^T (see
+`transpose`), after the direct candidates.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterable, Sequence
+
+# ---- public enum codes (the C header's values; append only) -------------------------------------
+DTYPES = {"f16": 1, "bf16": 2, "f32": 3, "tf32": 4, "f64": 5, "s8": 6, "s32": 7, "e4m3": 8, "e5m2": 9}
+DTYPE_ANY = 0
+LAYOUTS = {"row": 1, "col": 2}
+ACTIVATIONS = {"identity": 0, "relu": 1, "gelu": 2, "silu": 3, "sigmoid": 4, "clamp": 5}
+BIASES = {"none": 0, "row": 1, "column": 2}
+DTYPE_BITS = {"f16": 16, "bf16": 16, "f32": 32, "tf32": 32, "f64": 64, "s8": 8, "s32": 32, "e4m3": 8, "e5m2": 8}
+
+# arch name -> (compute capability, arch-specific (runs only on exactly that cc), CUTLASS major)
+ARCHES = {"sm75": (75, False, 2), "sm80": (80, False, 2), "sm86": (86, False, 2), "sm89": (89, False, 2),
+          "sm90a": (90, True, 3)}
+# default CMAKE_CUDA_ARCHITECTURES value per instance arch (2.x: SASS + PTX, so newer GPUs can JIT it)
+DEFAULT_CUDA_ARCHITECTURES = {"sm75": "75", "sm80": "80", "sm86": "86", "sm89": "89", "sm90a": "90a"}
+
+LOG2_FRAC_BITS = 16
+
+
+def log2_fixed(x: int) -> int:
+    """floor(log2(x) * 2**16) for an integer x >= 1, by repeated squaring (integer-only: the C++ twin
+    `log2_fixed` gives the same bits). Exact integer part, 16 fractional bits (error < 2**-16)."""
+    if x < 1:
+        raise ValueError(f"log2_fixed needs x >= 1, got {x}")
+    ip = x.bit_length() - 1
+    # y in [1, 2) as Q1.31
+    y = (x << (31 - ip)) if ip <= 31 else (x >> (ip - 31))
+    frac = 0
+    for i in range(1, LOG2_FRAC_BITS + 1):
+        y = (y * y) >> 31
+        if y >= (2 << 31):
+            y >>= 1
+            frac |= 1 << (LOG2_FRAC_BITS - i)
+    return (ip << LOG2_FRAC_BITS) | frac
+
+
+def f32(x: float) -> float:
+    """x rounded to float32 (what the C++ table holds)."""
+    return struct.unpack("<f", struct.pack("<f", float(x)))[0]
+
+
+@dataclass(frozen=True)
+class Op:
+    """What a kernel computes (the part a problem must match exactly)."""
+
+    a: int
+    b: int
+    c: int
+    d: int
+    acc: int
+    la: int
+    lb: int
+    lc: int
+    act: int
+    bias: int
+    clamp_min: float = 0.0
+    clamp_max: float = 0.0
+
+
+@dataclass(frozen=True)
+class KernelRecord:
+    index: int                 # position in the table (sorted by name)
+    name: str
+    arch: str                  # "sm80", "sm90a", ...
+    op: Op
+    align_a: int               # elements
+    align_b: int
+    align_c: int
+    batched: bool
+    split_k: bool
+    tile: tuple[int, int, int]
+    cluster: tuple[int, int, int]
+    fallback_rank: int = 0
+    config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def cc(self) -> int:
+        return ARCHES[self.arch][0]
+
+    @property
+    def arch_specific(self) -> bool:
+        return ARCHES[self.arch][1]
+
+    @property
+    def cutlass_major(self) -> int:
+        return ARCHES[self.arch][2]
+
+    def runs_on(self, cc: int) -> bool:
+        return cc == self.cc if self.arch_specific else cc >= self.cc
+
+
+@dataclass(frozen=True)
+class TuningRecord:
+    index: int                 # position in the sorted table
+    kernel: int                # kernel record index
+    m: int
+    n: int
+    k: int
+    batch: int = 1
+
+    @property
+    def logs(self) -> tuple[int, int, int, int]:
+        return (log2_fixed(self.m), log2_fixed(self.n), log2_fixed(self.k), log2_fixed(self.batch))
+
+
+@dataclass(frozen=True)
+class Query:
+    """A problem as the selection sees it (no pointers; alignment is the shims' business)."""
+
+    op: Op
+    m: int
+    n: int
+    k: int
+    batch: int = 1
+    split_k: int = 1
+    cc: int = 90
+
+
+class ExportError(ValueError):
+    pass
+
+
+def kernel_op(cfg: dict[str, Any]) -> Op:
+    ep = cfg.get("epilogue") or {}
+    act = ep.get("activation", "identity")
+    cmin, cmax = (f32(ep.get("clamp_min", 0.0)), f32(ep.get("clamp_max", 0.0))) if act == "clamp" else (0.0, 0.0)
+    return Op(a=DTYPES[cfg["a"]], b=DTYPES[cfg["b"]], c=DTYPES[cfg["c"]], d=DTYPES[cfg["d"]],
+              acc=DTYPES[cfg["accumulator"]], la=LAYOUTS[cfg["layout_a"]], lb=LAYOUTS[cfg["layout_b"]],
+              lc=LAYOUTS[cfg["layout_c"]], act=ACTIVATIONS[act], bias=BIASES[ep.get("bias", "none")],
+              clamp_min=cmin, clamp_max=cmax)
+
+
+def fallback_key(r: KernelRecord) -> tuple:
+    """Fixed priority among kernels that no tuning record ranks: newest arch first, then the widest
+    alignment in bytes (fastest loads; narrower kernels take over when it cannot implement), then the
+    largest tile (most work per CTA), then name (deterministic)."""
+    bits = DTYPE_BITS
+    cfg = r.config
+    align_bytes = min(r.align_a * bits[cfg["a"]], r.align_b * bits[cfg["b"]], r.align_c * bits[cfg["c"]]) // 8
+    return (-r.cc, -align_bytes, -(r.tile[0] * r.tile[1]), -r.tile[2], r.name)
+
+
+def kernel_records(entries: Sequence[dict[str, Any]]) -> list[KernelRecord]:
+    """Manifest instance entries -> kernel records, sorted by name, with fallback ranks."""
+    recs = []
+    for e in sorted(entries, key=lambda e: e["name"]):
+        cfg = e["config"]
+        if e.get("family", "gemm") != "gemm":
+            raise ExportError(f"{e['name']}: family {e.get('family')!r} cannot be exported yet (gemm only)")
+        arch = e.get("arch") or cfg["arch"]
+        if arch not in ARCHES:
+            raise ExportError(f"{e['name']}: arch {arch!r} is not supported by `emitter library` "
+                              f"(known: {', '.join(ARCHES)})")
+        cluster = tuple(cfg.get("cluster") or (1, 1, 1))
+        recs.append(KernelRecord(
+            index=len(recs), name=e["name"], arch=arch, op=kernel_op(cfg),
+            align_a=int(cfg["alignment_a"]), align_b=int(cfg["alignment_b"]), align_c=int(cfg["alignment_c"]),
+            batched=bool(cfg.get("batched", False)), split_k=cfg.get("split_k", "none") != "none",
+            tile=tuple(cfg["tile"]), cluster=cluster, config=cfg))  # type: ignore[arg-type]
+    ranked = sorted(recs, key=fallback_key)
+    rank = {r.name: i for i, r in enumerate(ranked)}
+    return [replace(r, fallback_rank=rank[r.name]) for r in recs]
+
+
+def tuning_records(pairs: Iterable[tuple[int, int, int, int, int]]) -> list[TuningRecord]:
+    """(kernel index, m, n, k, batch) -> indexed tuning records sorted by (m, n, k, batch, kernel)."""
+    out = sorted(set(pairs), key=lambda p: (p[1], p[2], p[3], p[4], p[0]))
+    return [TuningRecord(i, *p) for i, p in enumerate(out)]
+
+
+# ---- the selection rule (mirror of dispatch.h.j2) ----------------------------------------------------
+
+def op_matches(k: KernelRecord, q: Query) -> bool:
+    o, p = k.op, q.op
+    if (o.a, o.b, o.c, o.d, o.la, o.lb, o.lc, o.act, o.bias) != (p.a, p.b, p.c, p.d, p.la, p.lb, p.lc, p.act, p.bias):
+        return False
+    if p.acc != DTYPE_ANY and p.acc != o.acc:
+        return False
+    if o.act == ACTIVATIONS["clamp"] and (o.clamp_min != p.clamp_min or o.clamp_max != p.clamp_max):
+        return False
+    return True
+
+
+def matches(k: KernelRecord, q: Query) -> bool:
+    if not op_matches(k, q) or not k.runs_on(q.cc):
+        return False
+    if q.batch > 1 and not k.batched:
+        return False
+    if q.split_k > 1 and not k.split_k:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class Candidate:
+    kernel: int
+    tuning: int          # tuning record index that ranked it, -1 = fallback order
+    transposed: bool = False
+
+
+def candidate_order(kernels: Sequence[KernelRecord], tuning: Sequence[TuningRecord], q: Query) -> list[Candidate]:
+    """The kernels to try for `q`, in order (see the module docstring)."""
+    ok = [matches(k, q) for k in kernels]
+    ql = (log2_fixed(q.m), log2_fixed(q.n), log2_fixed(q.k), log2_fixed(max(q.batch, 1)))
+    best: dict[int, tuple[int, int]] = {}
+    for t in tuning:
+        if not ok[t.kernel]:
+            continue
+        tl = t.logs
+        dist = sum(abs(a - b) for a, b in zip(ql, tl))
+        key = (dist, t.index)
+        if t.kernel not in best or key < best[t.kernel]:
+            best[t.kernel] = key
+    tuned = sorted(best, key=lambda i: best[i])
+    rest = sorted((k.index for k in kernels if ok[k.index] and k.index not in best),
+                  key=lambda i: (kernels[i].fallback_rank, i))
+    return [Candidate(i, best[i][1]) for i in tuned] + [Candidate(i, -1) for i in rest]
+
+
+def transpose(q: Query) -> Query:
+    """D^T = B^T A^T: the same GEMM on the transposed output (swap A/B and m/n, flip every layout;
+    a per-row bias becomes per-column). Never the problem itself: C's layout flips."""
+    o = q.op
+    flip = {1: 2, 2: 1}
+    bias = {0: 0, 1: 2, 2: 1}[o.bias]
+    t = replace(o, a=o.b, b=o.a, la=flip[o.lb], lb=flip[o.la], lc=flip[o.lc], bias=bias)
+    return replace(q, op=t, m=q.n, n=q.m)
+
+
+def dispatch_order(kernels: Sequence[KernelRecord], tuning: Sequence[TuningRecord], q: Query,
+                   allow_transpose: bool = True) -> list[Candidate]:
+    """Direct candidates, then (if allowed) candidates of the transposed problem."""
+    out = candidate_order(kernels, tuning, q)
+    if allow_transpose:
+        out += [replace(c, transposed=True) for c in candidate_order(kernels, tuning, transpose(q))]
+    return out
+
+
+def select(kernels: Sequence[KernelRecord], tuning: Sequence[TuningRecord], q: Query,
+           can_implement: Callable[[KernelRecord, Query], bool] | None = None) -> Candidate | None:
+    """The kernel the library would launch, given a can_implement predicate (default: all can)."""
+    for c in dispatch_order(kernels, tuning, q):
+        qq = transpose(q) if c.transposed else q
+        if can_implement is None or can_implement(kernels[c.kernel], qq):
+            return c
+    return None
+
+
+def packed_can_implement(k: KernelRecord, q: Query) -> bool:
+    """A model of can_implement for packed operands on aligned pointers: every leading dimension must
+    be a multiple of the kernel's alignment (used for export-time previews only; the library asks the
+    real host shim)."""
+    o = q.op
+    lda = q.k if o.la == LAYOUTS["row"] else q.m
+    ldb = q.n if o.lb == LAYOUTS["row"] else q.k
+    ldc = q.n if o.lc == LAYOUTS["row"] else q.m
+    return lda % k.align_a == 0 and ldb % k.align_b == 0 and ldc % k.align_c == 0
