@@ -97,7 +97,7 @@ def main() -> int:
         f"manifests: [{json.dumps(str(gen))}]\n"
         + (f"select:{select_lines}\n" if args.select else "")
         + "problems:\n" + "".join(f"  {line}\n" for line in SHAPES[args.shapes])
-        + f"timing: {{warmup: 10, min_duration_ms: {args.min_duration_ms}, max_iterations: 400, repeats: {args.repeats}}}\n"
+        + f"timing: {{warmup: 10, warmup_ms: 100, min_duration_ms: {args.min_duration_ms}, max_iterations: 400, repeats: {args.repeats}}}\n"
         + "baselines: [cublas]\n"
         + f"output: {{dir: {json.dumps(str(out / 'profile'))}}}\n")
     times["profile"] = step("profile", py + ["profile", str(config), "-o", str(out / "profile"), "--stall-timeout",

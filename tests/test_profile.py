@@ -20,7 +20,7 @@ from emitter.profile import report as rep
 from emitter.profile.config import LLM_M, LLM_NK, Problem, ProfileConfig, load_config, parse_config_text
 from emitter.profile.records import CHECK_FAILED, FAULT, OK, Measurement, Op, min_bytes
 from emitter.profile.runner import plan, run, shard
-from emitter.profile.selection import choose, choose_all, noise_ms, tuning_table
+from emitter.profile.selection import choose, choose_all, noise_ms
 from emitter.profile.stats import TimingStats
 from emitter.profile.timing import iterations_for, rotation_sets
 
@@ -530,3 +530,54 @@ def test_fake_run_kills_a_hanging_kernel(manifest_dir, tmp_path):
     by = {(m.name, m.problem.key): m for m in outcome.measurements if m.kind == "kernel"}
     assert by[(victim, "1024x1024x1024")].status == FAULT and "no progress" in by[(victim, "1024x1024x1024")].reason
     assert all(m.ok for k, m in by.items() if k != (victim, "1024x1024x1024"))
+
+
+def test_gpu_engine_kernel_flow_without_a_gpu(monkeypatch):
+    """GpuEngine.kernel's order (poison, launch, check, time, check again) and its record, with the device
+    pieces replaced by stand-ins: a check that fails only after the timed launches must fail the kernel."""
+    import emitter.profile.check as chk
+    import emitter.profile.workload as wl
+    from emitter.profile.timing import Measured
+    from emitter.profile.worker import GpuEngine
+
+    calls: list[str] = []
+
+    class Launch:
+        info = {"grid": [1, 1, 1]}
+        resets = [(1, 256), None]
+
+        def __init__(self, kernel, data, stream):
+            calls.append("prepare")
+
+        def __call__(self, i):
+            calls.append(f"launch{i}")
+
+        def free(self):
+            calls.append("free")
+
+    results = iter([{"passed": True, "reason": None, "rel_err": 1e-3, "tolerance": 1e-2, "unwritten": 0,
+                     "nonfinite": 0, "mismatches": 0, "reference": "x"},
+                    {"passed": False, "reason": "rel err 0.5 > tol 0.01", "rel_err": 0.5, "tolerance": 1e-2,
+                     "unwritten": 0, "nonfinite": 0, "mismatches": 9, "reference": "x"}])
+    monkeypatch.setattr(wl, "KernelLaunch", Launch)
+    monkeypatch.setattr(chk, "poison_d", lambda data, i=0: calls.append("poison"))
+    monkeypatch.setattr(chk, "check", lambda data, cfg, use_torch: (calls.append("check"), next(results))[1])
+
+    class Timer:
+        def measure(self, launch, sets):
+            calls.append("time")
+            return Measured(TimingStats.from_samples([[1.0, 1.1]]), 2, 10, 9.0, 0.0)
+
+    class Stream:
+        def synchronize(self):
+            pass
+
+    eng = GpuEngine.__new__(GpuEngine)
+    eng.config, eng.timer, eng.stream, eng.use_torch = cfg_text(BASE), Timer(), Stream(), True
+    eng.extra = lambda data: {"rotation_sets": 2}
+    kernel = type("K", (), {"config": None, "name": "k"})()
+    data = type("D", (), {"sets": [0, 1]})()
+    m = eng.kernel(kernel, data, Measurement("kernel", "k", "emitter", OP, P))
+    assert calls == ["prepare", "poison", "launch0", "check", "time", "poison", "launch0", "check", "free"]
+    assert m.status == CHECK_FAILED and "after the timed launches" in m.reason
+    assert m.check["after_timing"]["mismatches"] == 9 and m.extra["workspace_reset_bytes"] == 256

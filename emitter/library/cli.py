@@ -1,0 +1,60 @@
+"""`emitter library`: the lead's emitter/cli.py calls register(main)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from emitter.selection import selection_options
+
+
+def register(group: click.Group) -> None:
+    group.add_command(library)
+
+
+@click.command()
+@click.argument("manifests", nargs=-1, required=True, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--name", "name", required=True, help="library name: C prefix, CMake target and Python module (e.g. mykernels)")
+@click.option("-o", "--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="output directory (default: dist/<name>)")
+@click.option("--tuning", "tuning", multiple=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="tuning table from `emitter profile` (repeatable); without one, dispatch uses the fallback order")
+@selection_options
+@click.option("--arch", "archs", multiple=True, metavar="ARCH", help="only instances of this arch (repeatable): sm80, sm90a, ...")
+@click.option("--vendor-cutlass", is_flag=True, help="copy the CUTLASS headers into third_party/ (a tree that builds anywhere)")
+@click.option("--lib-version", default="1.0.0", show_default=True, help="the CMake project version")
+@click.option("--force", is_flag=True, help="write into an existing directory that is not an exported library")
+def library(manifests: tuple[Path, ...], name: str, out: Path | None, tuning: tuple[Path, ...], select: tuple[str, ...],
+            exclude: tuple[str, ...], archs: tuple[str, ...], vendor_cutlass: bool, lib_version: str, force: bool) -> None:
+    """Export MANIFESTS' instances (what `emitter emit` wrote) as a CMake kernel library with a C API, dispatch by
+    problem shape from a tuning table, and a Python loader.
+
+    \b
+      emitter library generated/demo --tuning results/tuning.json --name mykernels -o dist/mykernels
+      cmake -S dist/mykernels -B build && cmake --build build -j && cmake --install build --prefix /opt/mykernels
+    """
+    from emitter.library.export import export_library
+
+    out = out or Path("dist") / name
+    r = export_library(manifests, name, out, tuning=tuning, select=select, exclude=exclude, archs=archs,
+                       vendor_cutlass=vendor_cutlass, force=force, lib_version=lib_version)
+    by_arch: dict[str, int] = {}
+    for k in r.kernels:
+        by_arch[k.arch] = by_arch.get(k.arch, 0) + 1
+    for s in r.skipped:
+        click.echo(f"  left out {s['name']}: {s['reason']}")
+    if r.dropped_tuning:
+        click.echo(f"  {len(r.dropped_tuning)} tuning entries not used:")
+        for d in r.dropped_tuning[:10]:
+            click.echo(f"    {d['kernel']} @ {'x'.join(map(str, d['problem']))}: {d['reason']}")
+        if len(r.dropped_tuning) > 10:
+            click.echo(f"    ... (all in {out / 'manifest.json'}: left_out.tuning_entries)")
+    for n in r.notes:
+        click.echo(f"note: {n}", err=True)
+    arches = ", ".join(f"{n} {a}" for a, n in sorted(by_arch.items()))
+    click.echo(f"library {name}: {len(r.kernels)} kernels ({arches}), {len(r.tuning)} tuned shapes; "
+               f"{len(r.written)} files written, {r.unchanged} unchanged"
+               + (f", {len(r.removed)} removed" if r.removed else "") + f" -> {out}")
+    click.echo(f"  build: cmake -S {out} -B {out}/build && cmake --build {out}/build -j && "
+               f"cmake --install {out}/build --prefix <prefix>")

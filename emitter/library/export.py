@@ -1,0 +1,384 @@
+"""`emitter library`: export chosen instances + a tuning table as a self-contained CMake project.
+
+    <out>/CMakeLists.txt                 project(<lib> LANGUAGES CXX CUDA), install(EXPORT), options
+    <out>/cmake/<lib>Config.cmake.in     find_package(<lib>) after `cmake --install`
+    <out>/include/<lib>/<lib>.h          the stable C API
+    <out>/src/<lib>_api.cpp              validation, dispatch walk, launch, errors
+    <out>/src/<lib>_dispatch.h           generic selection code (host-only; mirrored in dispatch.py)
+    <out>/src/<lib>_table.cpp            generated dispatch DATA: kernel records + tuning records
+    <out>/src/<lib>_kernels.{h,cpp}      per-kernel entry points (null for archs CMake leaves out)
+    <out>/src/instances/<name>.cu        the emitted instance, byte for byte
+    <out>/src/instances/<name>.launch.cu its translation unit: shim + by-value kernel entry + launcher
+    <out>/src/emitter_abi.h, <lib>.map   the shim ABI; the shared library's export list
+    <out>/tools/<lib>_dispatch_probe.cpp host-only dispatch order printer
+    <out>/python/<lib>.py                ctypes loader
+    <out>/manifest.json                  what is inside (kernels, tuning, files with hashes)
+
+Output is deterministic and written with write_if_changed, so re-exporting with a new tuning table
+rewrites only src/<lib>_table.cpp (and the manifest) and an incremental build recompiles one file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from emitter import __version__
+from emitter.errors import EmitterError
+from emitter.fsutil import atomic_write_json, write_if_changed
+from emitter.library import abi
+from emitter.library.dispatch import (ACTIVATIONS, ARCHES, DEFAULT_CUDA_ARCHITECTURES, DTYPES, KernelRecord, Query,
+                                      TuningRecord, candidate_order, kernel_records, log2_fixed, tuning_records)
+from emitter.library.tuning import TuningEntry, load_all
+from emitter.manifest import load as load_manifest, manifest_path
+from emitter.render import templates_root
+
+LIBRARY_KIND = "emitter.library"
+LIBRARY_SCHEMA_VERSION = 1
+_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+_INSTANCE_RE = re.compile(r"^[a-z0-9_]+$")
+_RESERVED = {"emitter", "cuda", "cutlass", "cute", "std", "int", "float", "double", "char", "void", "long", "short",
+             "auto", "const", "static", "struct", "class", "namespace", "template", "return", "new", "delete",
+             "default", "switch", "case", "for", "while", "do", "if", "else", "union", "enum", "typedef"}
+API_FUNCTIONS = ("status_string", "last_error", "version", "gemm_problem_init", "gemm_workspace_size",
+                 "gemm_can_implement", "gemm_select", "gemm", "kernel_count", "kernel_name", "kernel_index",
+                 "kernel_info")
+
+
+class LibraryError(EmitterError):
+    exit_code = 2
+
+
+@dataclass
+class ExportResult:
+    out: Path
+    name: str
+    kernels: list[KernelRecord]
+    tuning: list[TuningRecord]
+    skipped: list[dict[str, str]] = field(default_factory=list)        # instances left out, with the reason
+    dropped_tuning: list[dict[str, Any]] = field(default_factory=list)  # tuning entries not used, with the reason
+    notes: list[str] = field(default_factory=list)
+    written: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    removed: list[str] = field(default_factory=list)
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+
+def check_name(name: str) -> str:
+    if not _NAME_RE.match(name) or name in _RESERVED or name.endswith("_"):
+        raise LibraryError(f"library name {name!r} is not usable: it prefixes C symbols, a CMake target and a Python "
+                           f"module, so it must match [a-z][a-z0-9_]* (at most 40 characters), not end with '_', and "
+                           f"not be a C keyword or one of emitter, cuda, cutlass, cute, std (e.g. --name mykernels)")
+    return name
+
+
+def _instances(manifest_dirs: Sequence[Path]) -> tuple[list[dict[str, Any]], dict[str, Path]]:
+    """Instance entries of every manifest (a name in two manifests must have one config)."""
+    entries: dict[str, dict[str, Any]] = {}
+    root_of: dict[str, Path] = {}
+    for d in manifest_dirs:
+        path = manifest_path(d)
+        data = load_manifest(path)
+        for e in data["instances"]:
+            name = e["name"]
+            if not _INSTANCE_RE.match(name):
+                raise LibraryError(f"{path}: instance name {name!r} is not [a-z0-9_]+ (was the manifest edited?)")
+            if name in entries:
+                if entries[name]["config"] != e["config"]:
+                    raise LibraryError(f"instance {name} is in {root_of[name]} and {path.parent} with different "
+                                       f"configurations; export one of them")
+                continue
+            entries[name] = e
+            root_of[name] = path.parent
+    return list(entries.values()), root_of
+
+
+def _build_failed(root: Path, name: str) -> str | None:
+    rec = root / "build" / name / "record.json"
+    try:
+        data = json.loads(rec.read_text())
+    except (OSError, ValueError):
+        return None
+    if data.get("status") == "failed":
+        err = str(data.get("error") or "").strip().splitlines()
+        return f"`emitter build` failed on it ({err[0][:160] if err else 'see ' + str(rec)})"
+    return None
+
+
+def _op_mismatch(entry: TuningEntry, cfg: dict[str, Any]) -> str | None:
+    if not entry.op:
+        return None
+    ep = cfg.get("epilogue") or {}
+    want = {"a": cfg["a"], "b": cfg["b"], "c": cfg["c"], "d": cfg["d"], "layout_a": cfg["layout_a"],
+            "layout_b": cfg["layout_b"], "layout_c": cfg["layout_c"], "accumulator": cfg["accumulator"],
+            "activation": ep.get("activation", "identity"), "bias": ep.get("bias", "none")}
+    diff = [f"{k}={entry.op[k]!r} (kernel: {v!r})" for k, v in want.items() if k in entry.op and entry.op[k] != v]
+    return ", ".join(diff) if diff else None
+
+
+def resolve_tuning(kernels: Sequence[KernelRecord], entries: Sequence[TuningEntry]
+                   ) -> tuple[list[TuningRecord], list[dict[str, Any]], list[str]]:
+    """Tuning entries -> tuning records over `kernels`; entries not used come back with the reason."""
+    by_name = {k.name: k for k in kernels}
+    dropped: list[dict[str, Any]] = []
+    notes: list[str] = []
+    groups: dict[tuple, list[TuningEntry]] = defaultdict(list)
+    for e in entries:
+        k = by_name.get(e.kernel)
+        if k is None:
+            dropped.append({"kernel": e.kernel, "problem": list(e.shape), "source": e.source,
+                            "reason": "kernel not in this library (not in the manifests, or left out by --select/--exclude/--arch "
+                                      "or a failed build)"})
+            continue
+        bad = _op_mismatch(e, k.config)
+        if bad:
+            dropped.append({"kernel": e.kernel, "problem": list(e.shape), "source": e.source,
+                            "reason": f"the entry's op differs from the kernel's: {bad}"})
+            continue
+        groups[(k.op, e.shape)].append(e)
+    pairs = []
+    for (op, shape), es in sorted(groups.items(), key=lambda kv: (kv[0][1], by_name[kv[1][0].kernel].index)):
+        names = sorted({e.kernel for e in es})
+        chosen = es[-1]
+        if len(names) > 1:
+            timed = [e for e in es if e.median_ms is not None]
+            if len(timed) == len(es):
+                chosen = min(timed, key=lambda e: (e.median_ms, e.kernel))
+                why = "the smallest median_ms"
+            else:
+                why = "the last one given"
+            notes.append(f"tuning: {len(names)} kernels claim {'x'.join(map(str, shape))} for one operation "
+                         f"({', '.join(names)}); using {chosen.kernel} ({why})")
+            for e in es:
+                if e.kernel != chosen.kernel:
+                    dropped.append({"kernel": e.kernel, "problem": list(e.shape), "source": e.source,
+                                    "reason": f"conflict: {chosen.kernel} was chosen for this shape ({why})"})
+        k = by_name[chosen.kernel]
+        pairs.append((k.index, *shape))
+    return tuning_records(pairs), dropped, notes
+
+
+def check_tuning_invariant(kernels: Sequence[KernelRecord], tuning: Sequence[TuningRecord]) -> None:
+    """At a profiled shape the library must try that shape's winner first (distance 0, no conflicts)."""
+    for t in tuning:
+        k = kernels[t.kernel]
+        q = Query(op=k.op, m=t.m, n=t.n, k=t.k, batch=t.batch, split_k=1, cc=k.cc)
+        order = candidate_order(kernels, tuning, q)
+        if not order or order[0].kernel != t.kernel:
+            got = kernels[order[0].kernel].name if order else "nothing"
+            raise LibraryError(f"internal error: at its own profiled shape {t.m}x{t.n}x{t.k} the dispatch picks {got}, "
+                               f"not the tuned {k.name}")
+
+
+def _ops_summary(kernels: Sequence[KernelRecord]) -> str:
+    names = {v: k for k, v in DTYPES.items()}
+    acts = {v: k for k, v in ACTIVATIONS.items()}
+    lay = {1: "row", 2: "col"}
+    bias = {0: "", 1: " +bias/row", 2: " +bias/column"}
+    seen: list[str] = []
+    for k in kernels:
+        o = k.op
+        s = (f"{names[o.a]} x {names[o.b]} + {names[o.c]} -> {names[o.d]} {lay[o.la]}/{lay[o.lb]}/{lay[o.lc]} "
+             f"{acts[o.act]}{bias[o.bias]} on {k.arch}")
+        if s not in seen:
+            seen.append(s)
+    text = "; ".join(seen[:8]) + ("; ..." if len(seen) > 8 else "")
+    return text.replace("%", "").replace('"', "").replace("\\", "")
+
+
+def _cmake_safe(path: str) -> bool:
+    return not any(ch in path for ch in '"\\$;\n\r') and "${" not in path
+
+
+def _render(template: str, **ctx: Any) -> str:
+    from emitter.render import environment
+
+    return environment().get_template(f"library/{template}").render(**ctx)
+
+
+def export_library(manifest_dirs: Sequence[str | Path], name: str, out: str | Path, *,
+                   tuning: Sequence[str | Path] = (), select: Sequence[str] = (), exclude: Sequence[str] = (),
+                   archs: Sequence[str] = (), vendor_cutlass: bool = False, force: bool = False,
+                   lib_version: str = "1.0.0") -> ExportResult:
+    from emitter.selection import select as select_entries
+
+    name = check_name(name)
+    out = Path(out)
+    if not re.match(r"^\d+(\.\d+){0,3}$", lib_version):
+        raise LibraryError(f"--lib-version {lib_version!r} must be a CMake version: 1.2.3")
+    for a in archs:
+        if a not in ARCHES:
+            raise LibraryError(f"--arch {a!r} is not one of {', '.join(ARCHES)}")
+    if not manifest_dirs:
+        raise LibraryError("give at least one manifest directory (what `emitter emit -o DIR` wrote)")
+
+    # ---- the kernels ----
+    entries, root_of = _instances([Path(d) for d in manifest_dirs])
+    skipped: list[dict[str, str]] = []
+    chosen = select_entries(entries, select, exclude)
+    if archs:
+        for e in chosen:
+            if e["arch"] not in archs:
+                skipped.append({"name": e["name"], "reason": f"arch {e['arch']} not in --arch {','.join(archs)}"})
+        chosen = [e for e in chosen if e["arch"] in archs]
+    kept = []
+    for e in chosen:
+        why = _build_failed(root_of[e["name"]], e["name"])
+        if why:
+            skipped.append({"name": e["name"], "reason": why})
+        elif e["arch"] not in ARCHES:
+            skipped.append({"name": e["name"], "reason": f"arch {e['arch']} cannot be exported"})
+        else:
+            kept.append(e)
+    if not kept:
+        raise LibraryError(f"no instance to export: the manifests hold {len(entries)}, the selection kept "
+                           f"{len(chosen)}" + (f", and {len(skipped)} were left out ({skipped[0]['reason']})" if skipped else ""))
+    try:
+        kernels = kernel_records(kept)
+    except ValueError as e:
+        raise LibraryError(str(e)) from None
+    sources: dict[str, str] = {}
+    for e in kept:
+        root = root_of[e["name"]].resolve()
+        src = (root / e["source"]).resolve()
+        if root not in src.parents:
+            raise LibraryError(f"{root / 'manifest.json'}: source {e['source']!r} of {e['name']} lies outside the manifest directory")
+        try:
+            sources[e["name"]] = src.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise LibraryError(f"{src}: missing (listed in {root / 'manifest.json'}); run `emitter emit` again") from None
+
+    # ---- tuning ----
+    t_entries = load_all(tuning)
+    tuning_recs, dropped, notes = resolve_tuning(kernels, t_entries)
+    check_tuning_invariant(kernels, tuning_recs)
+    if not tuning:
+        notes.append("no --tuning table: every problem dispatches in the fixed fallback order")
+    elif not tuning_recs:
+        notes.append("the tuning tables name none of the exported kernels: dispatch uses the fallback order only")
+
+    # ---- CUTLASS ----
+    from emitter.cutlass_path import find_cutlass
+    from emitter.errors import CutlassNotFound
+
+    cutlass_root, cutlass_version = "", "4.2.0.0"
+    try:
+        headers = find_cutlass()
+        cutlass_root = str(headers.root)
+        cutlass_version = headers.version or "checkout"
+    except CutlassNotFound as e:
+        if vendor_cutlass:
+            raise
+        notes.append(f"CUTLASS headers not found at export time ({str(e).splitlines()[0]}): pass -DCUTLASS_DIR=... to cmake")
+    if cutlass_root and not _cmake_safe(cutlass_root):
+        notes.append(f"the CUTLASS path {cutlass_root!r} holds characters CMake strings cannot take: pass -DCUTLASS_DIR=...")
+        cutlass_root = ""
+
+    # ---- render ----
+    LIB = name.upper()
+    arch_list = sorted({k.arch for k in kernels}, key=lambda a: (ARCHES[a][0], a))
+    ctx: dict[str, Any] = dict(
+        lib=name, LIB=LIB, version=__version__, abi_version=abi.ABI_VERSION, project_version=lib_version,
+        kernels=kernels, tuning=tuning_recs, archs=arch_list,
+        arch_cc={a: ARCHES[a][0] for a in arch_list}, default_cuda_archs=DEFAULT_CUDA_ARCHITECTURES,
+        dtype_codes=sorted(DTYPES.items(), key=lambda kv: kv[1]), dtype_min=min(DTYPES.values()), dtype_max=max(DTYPES.values()),
+        activation_codes=sorted(ACTIVATIONS.items(), key=lambda kv: kv[1]), activation_max=max(ACTIVATIONS.values()),
+        activation_clamp=ACTIVATIONS["clamp"], sizes=abi.sizes(), ops_summary=_ops_summary(kernels),
+        problem_fields=abi.PROBLEM_FIELDS, selection_fields=abi.SELECTION_FIELDS, kernel_info_fields=abi.KERNEL_INFO_FIELDS,
+        api_functions=API_FUNCTIONS, cutlass_default=cutlass_root, cutlass_version=cutlass_version,
+        vendored_cutlass=vendor_cutlass,
+    )
+    files: dict[str, str] = {
+        "CMakeLists.txt": _render("CMakeLists.txt.j2", **ctx),
+        f"cmake/{name}Config.cmake.in": _render("Config.cmake.in.j2", **ctx),
+        f"include/{name}/{name}.h": _render("header.h.j2", **ctx),
+        f"src/{name}_api.cpp": _render("api.cpp.j2", **ctx),
+        f"src/{name}_dispatch.h": _render("dispatch.h.j2", **ctx),
+        f"src/{name}_table.cpp": _render("table.cpp.j2", **ctx),
+        f"src/{name}_kernels.h": _render("kernels.h.j2", **ctx),
+        f"src/{name}_kernels.cpp": _render("kernels.cpp.j2", **ctx),
+        f"src/{name}.map": _render("exports.map.j2", **ctx),
+        "src/emitter_abi.h": (templates_root() / "common" / "emitter_abi.h").read_text(encoding="utf-8"),
+        f"tools/{name}_dispatch_probe.cpp": _render("dispatch_probe.cpp.j2", **ctx),
+        f"python/{name}.py": _render("loader.py.j2", **ctx),
+        "README.md": _render("README.md.j2", **ctx),
+    }
+    for k in kernels:
+        files[f"src/instances/{k.name}.cu"] = sources[k.name]
+        files[f"src/instances/{k.name}.launch.cu"] = _render("launch.cu.j2", k=k, **ctx)
+
+    # ---- the output directory ----
+    old_manifest = out / "manifest.json"
+    old_files: list[str] = []
+    if out.exists() and any(out.iterdir()):
+        try:
+            old = json.loads(old_manifest.read_text())
+            if old.get("kind") != LIBRARY_KIND:
+                raise ValueError
+            old_files = list(old.get("files", {}))
+        except (OSError, ValueError):
+            if not force:
+                raise LibraryError(f"{out} exists and is not an exported library (no {LIBRARY_KIND} manifest.json); "
+                                   f"choose another -o or pass --force to write into it") from None
+    result = ExportResult(out=out, name=name, kernels=kernels, tuning=tuning_recs, skipped=skipped,
+                          dropped_tuning=dropped, notes=notes)
+    for rel, text in files.items():
+        if write_if_changed(out / rel, text):
+            result.written.append(rel)
+        else:
+            result.unchanged += 1
+    for rel in old_files:
+        if rel not in files and rel != "manifest.json":
+            p = out / rel
+            if p.is_file():
+                p.unlink()
+                result.removed.append(rel)
+    vendored: dict[str, str] = {}
+    if vendor_cutlass:
+        for sub in ("include", "tools/util/include"):
+            dst = out / "third_party" / "cutlass" / sub
+            if dst.exists():
+                shutil.rmtree(dst)
+            shutil.copytree(Path(cutlass_root) / sub, dst)
+        vendored = {"path": "third_party/cutlass", "from": cutlass_root, "version": cutlass_version}
+
+    # ---- manifest (last, atomically) ----
+    by_index = {k.index: k for k in kernels}
+    groups: dict[Any, list[KernelRecord]] = defaultdict(list)
+    for k in kernels:
+        groups[k.op].append(k)
+    manifest = {
+        "schema_version": LIBRARY_SCHEMA_VERSION,
+        "kind": LIBRARY_KIND,
+        "name": name,
+        "version": lib_version,
+        "abi_version": abi.ABI_VERSION,
+        "emitter_version": __version__,
+        "cutlass": {"version": cutlass_version, "path_at_export": cutlass_root or None, "vendored": vendored or None},
+        "archs": {a: {"default_cuda_architectures": DEFAULT_CUDA_ARCHITECTURES[a],
+                      "kernels": sum(1 for k in kernels if k.arch == a)} for a in arch_list},
+        "sources": {"manifests": sorted({str(root_of[k.name]) for k in kernels}), "tuning": [str(t) for t in tuning]},
+        "kernels": [{"index": k.index, "name": k.name, "arch": k.arch, "fallback_rank": k.fallback_rank,
+                     "source": f"src/instances/{k.name}.cu", "tuned_shapes": sum(1 for t in tuning_recs if t.kernel == k.index),
+                     "config": k.config} for k in kernels],
+        "tuning": [{"index": t.index, "kernel": by_index[t.kernel].name, "problem": {"m": t.m, "n": t.n, "k": t.k, "batch": t.batch},
+                    "log2_fixed": [log2_fixed(x) for x in (t.m, t.n, t.k, t.batch)]} for t in tuning_recs],
+        "dispatch": {
+            "rule": "exact operation match and arch; tuned kernels first by nearest profiled shape (sum of |log2| "
+                    "differences over m, n, k, batch); then fallback_rank; first that can implement runs; "
+                    "then the same for the transposed problem",
+            "fallback_order": [[k.name for k in sorted(ks, key=lambda k: k.fallback_rank)] for ks in groups.values()],
+        },
+        "left_out": {"instances": skipped, "tuning_entries": dropped},
+        "notes": notes,
+        "files": {rel: hashlib.sha256(text.encode("utf-8")).hexdigest() for rel, text in sorted(files.items())},
+    }
+    atomic_write_json(out / "manifest.json", manifest)
+    result.manifest = manifest
+    return result

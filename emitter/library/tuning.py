@@ -1,0 +1,89 @@
+"""Reading tuning tables (`emitter profile` -> tuning.json) for the exported library's dispatch.
+
+Format (emitter/profile/selection.py `tuning_table`, schema_version 1):
+    {"schema_version": 1, "kind": "emitter.tuning_table", "gpu": {...},
+     "entries": [{"op": {...}, "problem": {"m": .., "n": .., "k": .., "batch": 1}, "kernel": "<instance name>",
+                  "median_ms": .., "tflops": .., ...}, ...]}
+Only `problem` and `kernel` are required of an entry; `op` (when present) is checked against the kernel.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from emitter.errors import EmitterError
+
+TUNING_SCHEMA_VERSION = 1
+
+
+class TuningError(EmitterError):
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class TuningEntry:
+    source: str
+    position: int
+    kernel: str
+    m: int
+    n: int
+    k: int
+    batch: int
+    op: dict[str, Any] | None = None
+    median_ms: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        return (self.m, self.n, self.k, self.batch)
+
+
+def _positive_int(value: Any, where: str, key: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise TuningError(f"{where}: problem.{key} must be a positive integer, got {value!r}")
+    return value
+
+
+def load(path: str | Path) -> list[TuningEntry]:
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise TuningError(f"{p}: no tuning table here; `emitter profile` writes one (tuning.json)") from None
+    except json.JSONDecodeError as e:
+        raise TuningError(f"{p}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
+        raise TuningError(f"{p}: not a tuning table (expected an object with an 'entries' list)")
+    if data.get("schema_version") != TUNING_SCHEMA_VERSION:
+        raise TuningError(f"{p}: schema_version {data.get('schema_version')!r} is not supported (this emitter reads "
+                          f"{TUNING_SCHEMA_VERSION})")
+    kind = data.get("kind")
+    if kind is not None and kind != "emitter.tuning_table":
+        raise TuningError(f"{p}: kind {kind!r} is not a tuning table (expected 'emitter.tuning_table')")
+    out = []
+    for i, e in enumerate(data["entries"]):
+        where = f"{p}: entries[{i}]"
+        if not isinstance(e, dict) or not isinstance(e.get("kernel"), str) or not isinstance(e.get("problem"), dict):
+            raise TuningError(f"{where}: needs 'kernel' (an instance name) and 'problem' ({{m, n, k[, batch]}})")
+        prob = e["problem"]
+        for key in ("m", "n", "k"):
+            if key not in prob:
+                raise TuningError(f"{where}: problem lacks {key!r}")
+        m, n, k = (_positive_int(prob[key], where, key) for key in ("m", "n", "k"))
+        batch = _positive_int(prob.get("batch", 1), where, "batch")
+        med = e.get("median_ms")
+        out.append(TuningEntry(source=str(p), position=i, kernel=e["kernel"], m=m, n=n, k=k, batch=batch,
+                               op=e.get("op") if isinstance(e.get("op"), dict) else None,
+                               median_ms=float(med) if isinstance(med, (int, float)) else None,
+                               extra={key: e[key] for key in ("tflops", "ratio_to_baseline", "baseline") if key in e}))
+    return out
+
+
+def load_all(paths: Sequence[str | Path]) -> list[TuningEntry]:
+    out: list[TuningEntry] = []
+    for p in paths:
+        out.extend(load(p))
+    return out
