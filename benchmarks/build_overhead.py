@@ -97,8 +97,9 @@ def emitter_build(out: Path, jobs: int) -> T:
         shutil.rmtree(cache, ignore_errors=True)
 
 
-def experiments(out: Path) -> None:
-    """Alternatives for each compile alone: what nvcc offers to make one instance cheaper."""
+def experiments(out: Path, repeat: int) -> None:
+    """Alternatives for each compile alone, A/B alternated `repeat` times: what nvcc offers to make one
+    instance cheaper. Medians; CPU time is the figure to trust on a shared machine."""
     p = plan(out, json.loads((out / "manifest.json").read_text())["instances"], toolchain())[0]
     dev = Commands.fill(p.cmds.device, p.src_rel, "x.cubin")
     host = Commands.fill(p.cmds.host, p.src_rel, "libx.so")
@@ -108,9 +109,14 @@ def experiments(out: Path) -> None:
         ("host shim (as built)", host),
         ("host shim -fdevice-syntax-only", host[:1] + ["-fdevice-syntax-only"] + host[1:]),
     ]
-    for label, argv in rows:
-        t = timed(argv, out)
-        print(f"    {label:<36} wall {t.wall:7.2f} s   cpu {t.cpu:7.2f} s", flush=True)
+    times: dict[str, list[T]] = {label: [] for label, _ in rows}
+    for _ in range(repeat):
+        for label, argv in rows:
+            times[label].append(timed(argv, out))
+    for label, ts in times.items():
+        print(f"    {label:<36} wall {statistics.median(t.wall for t in ts):7.2f} s   "
+              f"cpu {statistics.median(t.cpu for t in ts):7.2f} s   (cpu runs: "
+              f"{', '.join(f'{t.cpu:.1f}' for t in ts)})", flush=True)
 
 
 def main() -> None:
@@ -120,6 +126,7 @@ def main() -> None:
     ap.add_argument("--per-arch", type=int, default=1, help="instances per arch to time (default 1)")
     ap.add_argument("--repeat", type=int, default=None, help="repetitions (default: 5 tiny, 1 real)")
     ap.add_argument("--experiments", action="store_true", help="also time nvcc alternatives per compile")
+    ap.add_argument("--only-experiments", action="store_true", help="time only the nvcc alternatives")
     args = ap.parse_args()
 
     picks: list[tuple[Path | None, dict | None]] = []
@@ -140,6 +147,10 @@ def main() -> None:
             out = one_instance_manifest(Path(tmp), src, entry)
             name = entry["name"] if entry else "tiny (synthetic, sm80)"
             t: dict[str, list[T]] = {"plain": [], "t0": [], "j1": [], "j2": []}
+            if args.only_experiments:
+                print(name)
+                experiments(out, repeat)
+                continue
             for _ in range(repeat):          # interleaved, so drift on a shared machine hits all alike
                 t["plain"].append(plain(out))
                 t["j1"].append(emitter_build(out, 1))
@@ -151,7 +162,7 @@ def main() -> None:
                       f"{m['j1']:8.2f} {m['j1'] / m['plain']:6.3f} {m['j2']:8.2f} {m['j2'] / m['plain']:6.3f}",
                       flush=True)
             if args.experiments:
-                experiments(out)
+                experiments(out, repeat)
 
 
 if __name__ == "__main__":

@@ -28,12 +28,19 @@ $PY -m pytest -m gpu tests/test_gpu_verify.py -s -rA -p no:cacheprovider --junit
 rc=${PIPESTATUS[0]}
 echo "pytest -m gpu: exit $rc after $(( $(date +%s) - t0 )) s"
 
+echo "== the user's command on the same tree (planted-bug variants excluded)"
+$PY -m emitter verify "$EMITTER_GPU_DIR" --exclude '*_bug_*' --quick -q \
+    --json "$OUTDIR/cli_verify.json" --junit "$OUTDIR/cli_verify.xml" 2>&1 | tail -4
+cli_rc=${PIPESTATUS[0]}
+echo "emitter verify: exit $cli_rc"
+[ "$rc" -eq 0 ] && rc=$cli_rc
+
 echo "== counts"
 $PY - "$OUTDIR" <<'PYEOF'
 import json, sys, pathlib
 from collections import Counter
 out = pathlib.Path(sys.argv[1])
-for stem in ("verify_emitted", "verify_planted"):
+for stem in ("verify_emitted", "verify_planted", "cli_verify"):
     p = out / f"{stem}.json"
     if not p.is_file():
         print(f"{stem}: no report"); continue

@@ -557,3 +557,14 @@ def test_host_syntax_only_changes_the_host_command_and_the_key():
     tc = _Toolchain("nvcc", "V13.0", "g++", [], "x", "d", ())
     tc_fast = _Toolchain("nvcc", "V13.0", "g++", [], "x", "d", (), True)
     assert cache_key(b"s", "sm80", tc) != cache_key(b"s", "sm80", tc_fast)
+
+
+@needs_nvcc
+def test_process_executor_and_progress_bar(tmp_path, env):
+    out = write_manifest(tmp_path / "out", {"k_a": tiny_cu("k_a"), "k_b": tiny_cu("k_b")})
+    group = click.Group()
+    register(group)
+    res = CliRunner().invoke(group, ["build", str(out), "--executor", "process", "--progress", "-j", "2"])
+    assert res.exit_code == 0, res.output
+    assert {r["status"] for r in records(out).values()} == {"ok"}
+    assert "built 2 instances: 2 compiled, 0 cached, 0 failed" in res.output

@@ -568,3 +568,16 @@ def test_pycuda_backend_launch_path_with_mock_driver(tmp_path, monkeypatch):
     r0 = run.results[0]
     assert r0["launch"]["grid"] == [3, 5, 1] and r0["launch"]["shared_bytes"] == 65536 and r0["time_ms"] == 0.25
     assert run.device.startswith("Mock GPU")
+
+
+def test_serial_split_k_allows_partials_rounded_to_d():
+    """2.x serial split-K rounds each slice's partial sum to D's type: allowed, but only then."""
+    cfg = GemmConfig.from_entry(entry("x", a="bf16", b="bf16", c="bf16", d="bf16", split_k="serial"))
+    rng = np.random.default_rng(2)
+    ref = rng.standard_normal((1, 128, 128)) * 64
+    got = ref.copy()
+    got[0, 3, 4] += 1.4                       # what 4 slices of bf16 partials did on an H200
+    assert _check(cfg, ref, got, exact=False).status == "FAILED"
+    assert compare(cfg, encode(got, cfg.d), ref, False, split_k=4).status == "PASSED"
+    got[0, 3, 4] += 30.0
+    assert compare(cfg, encode(got, cfg.d), ref, False, split_k=4).status == "FAILED"

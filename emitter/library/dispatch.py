@@ -14,12 +14,14 @@ templates/library/dispatch.h.j2 -- and tested to agree (tests/test_library.py co
    the problem says "any", layouts, activation (+ clamp bounds), bias kind), that run on the device
    (sm_90a kernels: exactly compute capability 9.0; 2.x kernels: cc >= their arch, through PTX), batched
    when batch > 1, split-K when split_k_slices > 1;
-2. tuned order: every tuning record whose kernel is a candidate gets the distance
+2. tuned order: every tuning record whose kernel is a candidate gets the key
+   (measured on another GPU generation, distance, record index), where "another generation" means the
+   record's GPU compute capability is known and differs from the device's, and the distance is
    |log2 m - log2 m'| + |log2 n - log2 n'| + |log2 k - log2 k'| + |log2 batch - log2 batch'|
    (integers in 16.16 fixed point: bit-identical in both languages); each candidate's key is the
-   smallest (distance, record index) among its records; candidates with records come first, by key.
-   So the kernel that won the nearest profiled shape is tried first, then the winner of the next
-   nearest shape, and so on;
+   smallest among its records; candidates with records come first, by key. So the kernel that won
+   the nearest profiled shape on this kind of GPU is tried first, then the winner of the next nearest
+   shape, ..., then winners measured on other GPUs;
 3. the remaining candidates follow by `fallback_rank` (newest arch first, widest alignment, largest
    tile, then name).
 
@@ -132,6 +134,7 @@ class TuningRecord:
     n: int
     k: int
     batch: int = 1
+    gpu_cc: int = 0            # compute capability x 10 of the GPU it was measured on; 0 = unknown
 
     @property
     def logs(self) -> tuple[int, int, int, int]:
@@ -197,9 +200,10 @@ def kernel_records(entries: Sequence[dict[str, Any]]) -> list[KernelRecord]:
     return [replace(r, fallback_rank=rank[r.name]) for r in recs]
 
 
-def tuning_records(pairs: Iterable[tuple[int, int, int, int, int]]) -> list[TuningRecord]:
-    """(kernel index, m, n, k, batch) -> indexed tuning records sorted by (m, n, k, batch, kernel)."""
-    out = sorted(set(pairs), key=lambda p: (p[1], p[2], p[3], p[4], p[0]))
+def tuning_records(rows: Iterable[tuple[int, ...]]) -> list[TuningRecord]:
+    """(kernel index, m, n, k, batch[, gpu_cc]) -> indexed tuning records sorted by (m, n, k, batch, gpu_cc, kernel)."""
+    full = {tuple(r) + (0,) * (6 - len(r)) for r in rows}
+    out = sorted(full, key=lambda p: (p[1], p[2], p[3], p[4], p[5], p[0]))
     return [TuningRecord(i, *p) for i, p in enumerate(out)]
 
 
@@ -237,19 +241,19 @@ def candidate_order(kernels: Sequence[KernelRecord], tuning: Sequence[TuningReco
     """The kernels to try for `q`, in order (see the module docstring)."""
     ok = [matches(k, q) for k in kernels]
     ql = (log2_fixed(q.m), log2_fixed(q.n), log2_fixed(q.k), log2_fixed(max(q.batch, 1)))
-    best: dict[int, tuple[int, int]] = {}
+    best: dict[int, tuple[int, int, int]] = {}
     for t in tuning:
         if not ok[t.kernel]:
             continue
         tl = t.logs
         dist = sum(abs(a - b) for a, b in zip(ql, tl))
-        key = (dist, t.index)
+        key = (int(t.gpu_cc != 0 and t.gpu_cc != q.cc), dist, t.index)
         if t.kernel not in best or key < best[t.kernel]:
             best[t.kernel] = key
     tuned = sorted(best, key=lambda i: best[i])
     rest = sorted((k.index for k in kernels if ok[k.index] and k.index not in best),
                   key=lambda i: (kernels[i].fallback_rank, i))
-    return [Candidate(i, best[i][1]) for i in tuned] + [Candidate(i, -1) for i in rest]
+    return [Candidate(i, best[i][2]) for i in tuned] + [Candidate(i, -1) for i in rest]
 
 
 def transpose(q: Query) -> Query:

@@ -48,7 +48,7 @@ _RESERVED = {"emitter", "cuda", "cutlass", "cute", "std", "int", "float", "doubl
              "default", "switch", "case", "for", "while", "do", "if", "else", "union", "enum", "typedef"}
 API_FUNCTIONS = ("status_string", "last_error", "version", "gemm_problem_init", "gemm_workspace_size",
                  "gemm_can_implement", "gemm_select", "gemm", "kernel_count", "kernel_name", "kernel_index",
-                 "kernel_info")
+                 "get_kernel_info")
 
 
 class LibraryError(EmitterError):
@@ -137,13 +137,17 @@ def resolve_tuning(kernels: Sequence[KernelRecord], entries: Sequence[TuningEntr
                                       "or a failed build)"})
             continue
         bad = _op_mismatch(e, k.config)
+        if not bad and e.batch > 1 and not k.batched:
+            bad = f"batch {e.batch}, but the kernel is not batched"
+        if not bad and e.gpu_cc and not k.runs_on(e.gpu_cc):
+            bad = f"the table was measured on sm_{e.gpu_cc}, where this {k.arch} kernel cannot run"
         if bad:
             dropped.append({"kernel": e.kernel, "problem": list(e.shape), "source": e.source,
-                            "reason": f"the entry's op differs from the kernel's: {bad}"})
+                            "reason": f"the entry does not fit the kernel: {bad}"})
             continue
-        groups[(k.op, e.shape)].append(e)
+        groups[(k.op, e.shape, e.gpu_cc)].append(e)
     pairs = []
-    for (op, shape), es in sorted(groups.items(), key=lambda kv: (kv[0][1], by_name[kv[1][0].kernel].index)):
+    for (op, shape, gpu_cc), es in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][2], by_name[kv[1][0].kernel].index)):
         names = sorted({e.kernel for e in es})
         chosen = es[-1]
         if len(names) > 1:
@@ -153,14 +157,15 @@ def resolve_tuning(kernels: Sequence[KernelRecord], entries: Sequence[TuningEntr
                 why = "the smallest median_ms"
             else:
                 why = "the last one given"
-            notes.append(f"tuning: {len(names)} kernels claim {'x'.join(map(str, shape))} for one operation "
+            notes.append(f"tuning: {len(names)} kernels claim {'x'.join(map(str, shape))} for one operation"
+                         f"{f' on sm_{gpu_cc}' if gpu_cc else ''} "
                          f"({', '.join(names)}); using {chosen.kernel} ({why})")
             for e in es:
                 if e.kernel != chosen.kernel:
                     dropped.append({"kernel": e.kernel, "problem": list(e.shape), "source": e.source,
                                     "reason": f"conflict: {chosen.kernel} was chosen for this shape ({why})"})
         k = by_name[chosen.kernel]
-        pairs.append((k.index, *shape))
+        pairs.append((k.index, *shape, gpu_cc))
     return tuning_records(pairs), dropped, notes
 
 
@@ -168,7 +173,7 @@ def check_tuning_invariant(kernels: Sequence[KernelRecord], tuning: Sequence[Tun
     """At a profiled shape the library must try that shape's winner first (distance 0, no conflicts)."""
     for t in tuning:
         k = kernels[t.kernel]
-        q = Query(op=k.op, m=t.m, n=t.n, k=t.k, batch=t.batch, split_k=1, cc=k.cc)
+        q = Query(op=k.op, m=t.m, n=t.n, k=t.k, batch=t.batch, split_k=1, cc=t.gpu_cc or k.cc)
         order = candidate_order(kernels, tuning, q)
         if not order or order[0].kernel != t.kernel:
             got = kernels[order[0].kernel].name if order else "nothing"
@@ -368,6 +373,7 @@ def export_library(manifest_dirs: Sequence[str | Path], name: str, out: str | Pa
                      "source": f"src/instances/{k.name}.cu", "tuned_shapes": sum(1 for t in tuning_recs if t.kernel == k.index),
                      "config": k.config} for k in kernels],
         "tuning": [{"index": t.index, "kernel": by_index[t.kernel].name, "problem": {"m": t.m, "n": t.n, "k": t.k, "batch": t.batch},
+                    "gpu_cc": t.gpu_cc or None,
                     "log2_fixed": [log2_fixed(x) for x in (t.m, t.n, t.k, t.batch)]} for t in tuning_recs],
         "dispatch": {
             "rule": "exact operation match and arch; tuned kernels first by nearest profiled shape (sum of |log2| "

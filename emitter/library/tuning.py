@@ -4,7 +4,8 @@ Format (emitter/profile/selection.py `tuning_table`, schema_version 1):
     {"schema_version": 1, "kind": "emitter.tuning_table", "gpu": {...},
      "entries": [{"op": {...}, "problem": {"m": .., "n": .., "k": .., "batch": 1}, "kernel": "<instance name>",
                   "median_ms": .., "tflops": .., ...}, ...]}
-Only `problem` and `kernel` are required of an entry; `op` (when present) is checked against the kernel.
+Only `problem` and `kernel` are required of an entry; `op` (when present) is checked against the kernel;
+`gpu.cc` (when present) tells the dispatch which GPU generation the choices were measured on.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class TuningEntry:
     n: int
     k: int
     batch: int
+    gpu_cc: int = 0                 # compute capability x 10 of the GPU the table was measured on; 0 = unknown
     op: dict[str, Any] | None = None
     median_ms: float | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
@@ -45,6 +47,22 @@ def _positive_int(value: Any, where: str, key: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise TuningError(f"{where}: problem.{key} must be a positive integer, got {value!r}")
     return value
+
+
+def _cc(gpu: Any) -> int:
+    """The table's GPU compute capability ("9.0", "90", 90, [9, 0]) as 90; 0 when absent or unreadable."""
+    cc = gpu.get("cc") if isinstance(gpu, dict) else None
+    try:
+        if isinstance(cc, (list, tuple)) and len(cc) == 2:
+            return int(cc[0]) * 10 + int(cc[1])
+        if isinstance(cc, str) and "." in cc:
+            major, minor = cc.split(".", 1)
+            return int(major) * 10 + int(minor)
+        if cc is not None:
+            return int(cc)
+    except (TypeError, ValueError):
+        pass
+    return 0
 
 
 def load(path: str | Path) -> list[TuningEntry]:
@@ -63,6 +81,7 @@ def load(path: str | Path) -> list[TuningEntry]:
     kind = data.get("kind")
     if kind is not None and kind != "emitter.tuning_table":
         raise TuningError(f"{p}: kind {kind!r} is not a tuning table (expected 'emitter.tuning_table')")
+    gpu_cc = _cc(data.get("gpu"))
     out = []
     for i, e in enumerate(data["entries"]):
         where = f"{p}: entries[{i}]"
@@ -75,7 +94,7 @@ def load(path: str | Path) -> list[TuningEntry]:
         m, n, k = (_positive_int(prob[key], where, key) for key in ("m", "n", "k"))
         batch = _positive_int(prob.get("batch", 1), where, "batch")
         med = e.get("median_ms")
-        out.append(TuningEntry(source=str(p), position=i, kernel=e["kernel"], m=m, n=n, k=k, batch=batch,
+        out.append(TuningEntry(source=str(p), position=i, kernel=e["kernel"], m=m, n=n, k=k, batch=batch, gpu_cc=gpu_cc,
                                op=e.get("op") if isinstance(e.get("op"), dict) else None,
                                median_ms=float(med) if isinstance(med, (int, float)) else None,
                                extra={key: e[key] for key in ("tflops", "ratio_to_baseline", "baseline") if key in e}))

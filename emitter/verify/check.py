@@ -170,7 +170,7 @@ def run_case(backend: Backend, kernel: Kernel, vp: VerifyProblem, seed: int,
     stray = 0 if outside is None else int((bits_of(res.D)[outside] != poison_bits).sum())
 
     ref = reference_gemm(cfg, p.alpha, p.beta, inp.A, inp.B, inp.C, inp.bias, device=backend.reference_device)
-    cmp = compare(cfg, d_logical, ref, inp.exact)
+    cmp = compare(cfg, d_logical, ref, inp.exact, split_k=p.split_k)
     status, reason = cmp.status, cmp.reason
     if stray and status == "PASSED" and outside is not None:
         first = int(np.flatnonzero(outside & (bits_of(res.D) != poison_bits))[0])

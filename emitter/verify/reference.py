@@ -197,10 +197,15 @@ def element_tolerances(cfg: GemmConfig) -> tuple[float, float]:
     return rel_out, math_tol
 
 
-def element_bound(cfg: GemmConfig, ref_abs: Any, rms: float) -> Any:
-    """The element-wise bound for |D - ref| (numpy array or torch tensor of |ref|)."""
+def element_bound(cfg: GemmConfig, ref_abs: Any, rms: float, split_k: int = 1) -> Any:
+    """The element-wise bound for |D - ref| (numpy array or torch tensor of |ref|).
+
+    Serial split-K (CUTLASS 2.x) passes each slice's partial sum through D's type, so a correct kernel
+    rounds split_k - 1 partials, each up to a few times the matrix's typical magnitude (seen on an H200:
+    bf16, 129x136x4096 in 4 slices, max |error| 1.43 at rms 64, rel err 2.6e-3): that much more is allowed."""
     rel_out, math_tol = element_tolerances(cfg)
-    return rel_out * ref_abs + math_tol * (ref_abs + rms) + 1e-30
+    partials = rel_out * 4.0 * rms * (split_k - 1) if split_k > 1 else 0.0
+    return rel_out * ref_abs + math_tol * (ref_abs + rms) + partials + 1e-30
 
 
 # ---------------------------------------------------------------------------------------------- comparison
@@ -236,7 +241,7 @@ def _f(x: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def compare(cfg: GemmConfig, d_storage: np.ndarray, ref: np.ndarray, exact: bool) -> Comparison:
+def compare(cfg: GemmConfig, d_storage: np.ndarray, ref: np.ndarray, exact: bool, split_k: int = 1) -> Comparison:
     """Check kernel output D (storage, logical shape (batch, M, N)) against the reference (float64)."""
     d = cfg.d
     shape = ref.shape
@@ -314,7 +319,7 @@ def compare(cfg: GemmConfig, d_storage: np.ndarray, ref: np.ndarray, exact: bool
                           f"got {w.get('got')} want {w.get('want')}")
         return cmp
     rms = ref_norm / math.sqrt(max(ref.size, 1))
-    bound = element_bound(cfg, np.abs(ref), rms)
+    bound = element_bound(cfg, np.abs(ref), rms, split_k)
     bad = diff > bound
     n = int(bad.sum())
     cmp.mismatches = n
@@ -324,7 +329,7 @@ def compare(cfg: GemmConfig, d_storage: np.ndarray, ref: np.ndarray, exact: bool
             flat = int(np.argmax(np.where(bad, diff / bound, -1.0)))
             cmp.worst = worst_at(flat)
         w = cmp.worst or {}
-        why = f"rel err {rel:.3g} > tol {tol:g}" if rel > tol else f"rel err {rel:.3g} <= tol {tol:g} but"
+        why = f"rel err {rel:.3g} > tol {tol:g}" if rel > tol else f"rel err {rel:.3g} <= tol {tol:g}, but"
         cmp.reason = (f"{why}; {n} elements outside the element-wise bound; worst at batch={w.get('batch')} "
                       f"row={w.get('row')} col={w.get('col')}: got {w.get('got')} want {w.get('want')}")
     return cmp
