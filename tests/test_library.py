@@ -133,6 +133,19 @@ def test_nearest_tuned_shape_first_then_fallback_rank():
     assert {ks[order[0].kernel].name, ks[order[1].kernel].name} == {"big", "small"}
 
 
+def test_records_from_this_gpu_generation_come_first():
+    ks = _records({"h100_pick": _cfg(tile=(128, 256, 64)), "a100_pick": _cfg(arch="sm80", tile=(128, 128, 32))})
+    idx = {k.name: k.index for k in ks}
+    # the A100 table's winner sits exactly at the problem's shape, the H100 table's far away
+    ts = tuning_records([(idx["a100_pick"], 1000, 1000, 1000, 1, 80), (idx["h100_pick"], 8192, 8192, 8192, 1, 90)])
+    order = lambda cc: [ks[c.kernel].name for c in candidate_order(ks, ts, _query(ks[0], 1000, 1000, 1000, cc=cc))]
+    assert order(90) == ["h100_pick", "a100_pick"]
+    assert order(80) == ["a100_pick"]
+    # a record of unknown GPU counts as this generation's
+    ts = tuning_records([(idx["a100_pick"], 1000, 1000, 1000, 1, 0), (idx["h100_pick"], 8192, 8192, 8192, 1, 90)])
+    assert order(90) == ["a100_pick", "h100_pick"]
+
+
 def test_fallback_rank_prefers_new_arch_wide_alignment_big_tile():
     ks = _records({"a_sm80": _cfg(arch="sm80"), "b_narrow": _cfg(align=2), "c_small": _cfg(tile=(64, 64, 64)),
                    "d_big": _cfg(tile=(256, 128, 64))})
@@ -286,12 +299,16 @@ def test_cpp_dispatch_matches_python(tmp_path):
     names = [e["name"] for e in entries]
     tuning = [(rnd.choice(names), rnd.choice([1, 16, 128, 1000, 4096]), rnd.choice([64, 1024, 4096, 12288]),
                rnd.choice([64, 512, 4096]), rnd.choice([1, 1, 8])) for _ in range(120)]
-    t = tmp_path / "tuning.json"
-    t.write_text(json.dumps({"schema_version": 1, "entries": [
-        {"problem": {"m": m, "n": n, "k": k, "batch": b}, "kernel": name, "median_ms": rnd.random()}
-        for name, m, n, k, b in tuning]}))
+    tables = []
+    for i, gpu in enumerate([{"cc": "9.0"}, {"cc": "8.0"}, None]):   # an H100 table, an A100 table, one of unknown GPU
+        t = tmp_path / f"tuning{i}.json"
+        t.write_text(json.dumps({"schema_version": 1, **({"gpu": gpu} if gpu else {}), "entries": [
+            {"problem": {"m": m, "n": n, "k": k, "batch": b}, "kernel": name, "median_ms": rnd.random()}
+            for name, m, n, k, b in tuning[i::3]]}))
+        tables.append(t)
     out = tmp_path / "lib"
-    r = export_library([tmp_path / "gen"], "probelib", out, tuning=[t])
+    r = export_library([tmp_path / "gen"], "probelib", out, tuning=tables)
+    assert {t.gpu_cc for t in r.tuning} == {0, 80, 90}
     cxx = shutil.which("g++") or shutil.which("c++")
     exe = tmp_path / "probe"
     subprocess.run([cxx, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", f"-I{out / 'src'}",

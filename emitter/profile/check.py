@@ -85,7 +85,7 @@ def check_torch(data: ProblemData, cfg: Any) -> dict[str, Any]:
     """Full-output check on the GPU: verify's tolerance and element-wise bound, on torch views of set 0."""
     import torch
 
-    from emitter.verify.reference import ELEMENT_FACTOR, apply_activation
+    from emitter.verify.reference import apply_activation, element_bound
 
     lay, s = data.lay, data.sets[0]
     precise = data.cfg.a in (DType.f32, DType.f64) and cfg.op_class != "tensorop"
@@ -127,7 +127,8 @@ def check_torch(data: ProblemData, cfg: Any) -> dict[str, Any]:
     norm = torch.linalg.vector_norm(ref.reshape(-1), dtype=torch.float64).item()
     rel = err / norm if norm > 0 else (0.0 if err == 0 else math.inf)
     rms = norm / math.sqrt(max(ref.numel(), 1))
-    mismatches = int((diff > ELEMENT_FACTOR * tol * (ref.abs() + rms) + 1e-30).sum().item())
+    split_k = max(1, int(getattr(data.problem, "split_k", 1) or 1))
+    mismatches = int((diff > element_bound(cfg, ref.abs(), rms, split_k)).sum().item())
     del diff, got
     if rel > tol or mismatches:
         why = f"rel err {rel:.3g} > tol {tol:g}" if rel > tol else f"rel err {rel:.3g} <= tol {tol:g} but"
@@ -183,7 +184,8 @@ def check_host(data: ProblemData, cfg: Any) -> dict[str, Any]:
         if unwritten:
             return _result(False, f"{unwritten} of {dstore.size} elements never written (still poison)", None, tol,
                            unwritten, 0, 0, how)
-    cmp = compare(cfg, _gather(dstore, lay.D, rows, cols), ref, exact=False)
+    cmp = compare(cfg, _gather(dstore, lay.D, rows, cols), ref, exact=False,
+                  split_k=max(1, int(getattr(data.problem, "split_k", 1) or 1)))
     return _result(cmp.status == "PASSED", cmp.reason or None, cmp.rel_err, tol, cmp.unwritten, cmp.nonfinite,
                    cmp.mismatches, how)
 
