@@ -177,18 +177,30 @@ def test_accepts_every_default_cutlass_sm90_config():
     assert len(configs) > 4000
     families = {fam for fam, _ in configs}
     assert families == {"16b", "16b-alignx", "tf32", "tf32-alignx", "int8", "int8-alignx", "fp8", "fp8-alignx"}
-    rejected = []
+    rejected, serialized = [], []
     for fam, inst in configs:
         r = sm90a.resolve(inst)
+        if isinstance(r, Rejection) and r.rule == "accumulator-registers":
+            # CUTLASS's generator stamps out ping-pong for every tile, but a 128x256 (or 256x128)
+            # ping-pong tile holds 256 f32 accumulators a thread and ptxas serializes its wgmma
+            # (C7511, checked with nvcc 13.0); emitter rejects those instead of building a slow kernel.
+            serialized.append((inst.kernel_schedule, inst.tile.m * inst.tile.n))
+            continue
         if isinstance(r, Rejection):
             rejected.append(f"{fam} {inst.a}/{inst.d} {inst.layout_a.letter}{inst.layout_b.letter} {inst.tile} "
                             f"c{inst.cluster} {inst.kernel_schedule}/{inst.epilogue_schedule}/{inst.tile_scheduler}"
                             f" al{inst.alignment_a}: [{r.rule}] {r.reason}")
     assert not rejected, f"{len(rejected)} CUTLASS default configs rejected, e.g.\n" + "\n".join(rejected[:10])
+    # and 256x256 cooperative (CUTLASS's large fp8 tiles): 256 accumulators a thread, serialized
+    # (seen: e5m2 256x256x128 with a bias). Nothing else may be rejected.
+    assert all(mn > 128 * 256 or (k is not KernelSchedule.cooperative and mn > 128 * 128)
+               for k, mn in serialized), serialized
 
 
 def test_resolve_is_idempotent_on_cutlass_configs():
     for _fam, inst in list(cutlass_default_sm90_configs())[::7]:
+        if isinstance(sm90a.resolve(inst), Rejection):  # the serialized ones (see above)
+            continue
         r = ok(inst)
         assert sm90a.resolve(r) == r
 
@@ -255,8 +267,10 @@ REJECTED = [
     ("instruction-shape", dict(instruction=(64, 256, 8))),
     ("stages-min", dict(stages=1)),
     ("shared-memory", dict(tile=(128, 128, 64), stages=7)),
-    ("shared-memory", dict(tile=(256, 256, 256))),
-    ("shared-memory", dict(a=T.f32, d=T.f32, tile=(256, 256, 64), layout="tnt")),
+    ("shared-memory", dict(tile=(128, 256, 256))),
+    ("shared-memory", dict(a=T.f32, d=T.f32, tile=(128, 256, 64), layout="tnt", stages=3)),
+    ("accumulator-registers", dict(tile=(256, 256, 64))),
+    ("accumulator-registers", dict(tile=(128, 256, 64), kernel=KernelSchedule.pingpong)),
 ]
 
 
@@ -313,7 +327,7 @@ def test_instruction_is_what_the_builder_picks(dtype, tile, instruction):
 def test_schedule_choice_is_deterministic():
     assert ok(make(tile=(64, 128, 64), cluster=(1, 1, 1))).kernel_schedule is KernelSchedule.pingpong
     assert ok(make(tile=(256, 128, 64))).kernel_schedule is KernelSchedule.cooperative
-    assert ok(make(kernel=KernelSchedule.pingpong)).kernel_schedule is KernelSchedule.pingpong
+    assert ok(make(tile=(128, 128, 64), kernel=KernelSchedule.pingpong)).kernel_schedule is KernelSchedule.pingpong
 
 
 def test_split_k_serial_runs_on_the_stream_k_scheduler():
@@ -366,7 +380,6 @@ def test_fusion_operation(activation, bias, expected):
 MEASURED = [
     (dict(), 230400, 33792, 4),
     (dict(tile=(64, 128, 64), cluster=(1, 1, 1)), 214016, 17408, 8),
-    (dict(tile=(256, 256, 64), cluster=(1, 2, 1)), 230400, 33792, 3),
     (dict(tile=(128, 128, 64), epilogue=EpilogueSchedule.no_smem), 229760, 1, 7),
     (dict(a=T.e4m3, d=T.e4m3, c=T.f32, tile=(256, 128, 128)), 223232, 75776, 3),
     (dict(a=T.e4m3, d=T.e4m3, tile=(128, 256, 128), cluster=(1, 2, 1)), 221696, 25088, 4),
@@ -447,9 +460,9 @@ def nvcc(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
 
 
 PROBE = [  # a spread of paths: dtypes, layouts, schedules, epilogues, fusions, clusters, cp.async
-    dict(), dict(tile=(64, 128, 64), cluster=(1, 1, 1)), dict(tile=(256, 256, 64), cluster=(1, 2, 1)),
+    dict(), dict(tile=(64, 128, 64), cluster=(1, 1, 1)), dict(tile=(256, 128, 64), cluster=(1, 2, 1)),
     dict(a=T.f16, acc=T.f16, tile=(128, 128, 64), cluster=(1, 2, 1), layout="nnn"),
-    dict(tile=(128, 256, 64), kernel=KernelSchedule.pingpong, layout="ntt"),
+    dict(tile=(64, 256, 64), kernel=KernelSchedule.pingpong, layout="ntt"),
     dict(tile=(128, 128, 64), scheduler=TileScheduler.stream_k, epilogue=EpilogueSchedule.no_smem),
     dict(tile=(128, 256, 64), activation=Activation.relu, bias=Bias.column),
     dict(tile=(256, 128, 64), activation=Activation.clamp, bias=Bias.row, d=T.f32, c=T.f32),

@@ -149,7 +149,7 @@ def register(group: click.Group) -> None:
                   help="keep instances whose wgmma ptxas serialized (C7510) instead of failing them")
     @click.option("--host-syntax-only", is_flag=True,
                   help="compile host shims with -fdevice-syntax-only: the shim holds no kernels, so its device pass "
-                       "can stop after parsing (13-18% faster shims; experimental, not yet checked on a GPU)")
+                       "can stop after parsing (3-12% faster shims; experimental: not yet checked on a GPU)")
     @click.option("--executor", type=click.Choice(["thread", "process"]), default="thread", show_default=True,
                   help="where nvcc runs are dispatched from")
     @click.option("--timeout", "timeout_s", type=float, default=None, help="seconds one nvcc run may take")

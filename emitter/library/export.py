@@ -292,6 +292,7 @@ def export_library(manifest_dirs: Sequence[str | Path], name: str, out: str | Pa
         lib=name, LIB=LIB, version=__version__, abi_version=abi.ABI_VERSION, project_version=lib_version,
         kernels=kernels, tuning=tuning_recs, archs=arch_list,
         arch_cc={a: ARCHES[a][0] for a in arch_list}, default_cuda_archs=DEFAULT_CUDA_ARCHITECTURES,
+        default_arch_list=";".join(DEFAULT_CUDA_ARCHITECTURES[a] for a in arch_list),
         dtype_codes=sorted(DTYPES.items(), key=lambda kv: kv[1]), dtype_min=min(DTYPES.values()), dtype_max=max(DTYPES.values()),
         activation_codes=sorted(ACTIVATIONS.items(), key=lambda kv: kv[1]), activation_max=max(ACTIVATIONS.values()),
         activation_clamp=ACTIVATIONS["clamp"], sizes=abi.sizes(), ops_summary=_ops_summary(kernels),

@@ -329,12 +329,9 @@ def _fmt(s: Shape3) -> str:
 
 
 def resolve(inst: GemmInstance) -> GemmInstance | Rejection:
-    """Fill derived fields (instruction, stages, alignments) and check every CUTLASS 2.x constraint."""
-    r = _resolve(inst)
-    return r
+    """Fill derived fields (instruction, stages, alignments) and check every CUTLASS 2.x constraint.
 
-
-def _resolve(inst: GemmInstance) -> GemmInstance | Rejection:
+    Returns the resolved instance (idempotent: resolving it again gives it back) or the first Rejection."""
     arch = inst.arch
     if arch not in ARCHES:
         return _reject(inst, "arch-not-cutlass2", f"arch {arch} is not a CUTLASS 2.x target (sm75, sm80, sm86, "
@@ -420,6 +417,15 @@ def _resolve(inst: GemmInstance) -> GemmInstance | Rejection:
     if not 1 <= warps <= MAX_WARPS:
         return _reject(inst, "warp-count", f"tile {t} / warp {w} gives {warps} warps; a 2.x thread block holds 1 to "
                                            f"{MAX_WARPS} warps (CUTLASS's defaults use 4 or 8): use a larger warp tile")
+    # threadblock::MmaBase: kWarpGemmIterations = warp k / instruction k must be > 1 and even
+    # (the mainloop double-buffers warp fragments); found by the accepted-means-compiles property test.
+    iters = w.k // instr.k
+    if iters < 2 or iters % 2:
+        good = [x * instr.k for x in (2, 4) if x * instr.k <= max(t.k, 2 * instr.k)]
+        return _reject(inst, "warp-k-iterations", f"warp k={w.k} over instruction k={instr.k} gives {iters} "
+                                                  f"warp-level MMA step(s) per k-tile; CUTLASS 2.x needs an even "
+                                                  f"number of at least 2: use warp k (and tile k) "
+                                                  f"{' or '.join(map(str, good))}")
     if inst.op_class is OpClass.tensorop and a is DType.f64 and warps < 2:
         return _reject(inst, "f64-tensorop-min-warps", f"the sm80 f64 tensor-op core needs at least 2 warps, tile {t} "
                                                        f"/ warp {w} gives 1: halve the warp m or n")

@@ -56,6 +56,9 @@ _ACTIVATION_CPP = {
 # Derived facts shared by resolve() and template_context()
 # --------------------------------------------------------------------------------------------------
 
+MAX_ACCUMULATOR_REGISTERS = 128  # per consumer thread (32-bit accumulators)
+
+
 def _instruction_k(a: DType) -> int:
     """wgmma K: 32 bytes of A per instruction (16 for 16-bit, 8 for tf32, 32 for 8-bit)."""
     return 256 // a.bits
@@ -387,6 +390,20 @@ def _resolve_schedules(inst: GemmInstance) -> GemmInstance:
         _fail("stream-k-needs-cooperative",
               f"{what} runs on CUTLASS's stream-K scheduler, which the ping-pong kernel does not support: "
               "use kernel: cooperative (tile m 128 or 256)")
+    # Accumulators live in the consumer warp groups' registers: cooperative splits the tile over 256
+    # threads, ping-pong gives each tile to one warp group of 128. Past 128 accumulator registers a
+    # thread, ptxas serializes the wgmma pipeline (C7510/C7511; found by the accepted-means-compiles
+    # test: e5m2 256x256x128 cooperative; checked by hand: bf16 128x256x64 ping-pong, which CUTLASS's
+    # own generator emits, serializes too).
+    consumers = 256 if schedule is KernelSchedule.cooperative else 128
+    limit = MAX_ACCUMULATOR_REGISTERS
+    acc_regs = inst.tile.m * inst.tile.n * max(1, inst.accumulator.bits // 32) // consumers
+    if acc_regs > limit:
+        _fail("accumulator-registers",
+              f"tile {inst.tile.m}x{inst.tile.n} with the {schedule} schedule holds {acc_regs} accumulator "
+              f"registers per thread (more than {limit}): ptxas would serialize the wgmma "
+              "pipeline; use a smaller tile (cooperative up to 128x256 or 256x128, ping-pong up to 64x256 or "
+              "128x128)")
     changes.update(kernel_schedule=schedule, tile_scheduler=scheduler)
     inst = inst.replace(**changes)
     return inst.replace(epilogue_schedule=_pick_epilogue(inst))
