@@ -48,7 +48,8 @@ class PlainReporter(Reporter):
         self.n += 1
         regs, smem, spill = _res(r)
         extra = f"  regs={regs} smem={smem} spill={spill}" if regs else ""
-        warn = f"  ({len(r.warnings)} warnings)" if r.warnings else ""
+        n = len(r.warnings)
+        warn = f"  ({n} warning{'s' if n != 1 else ''})" if n else ""
         click.echo(f"[{self.n:>{len(str(self.total))}}/{self.total}] {r.status:<6} {r.wall_s:7.1f}s  {r.name}{extra}{warn}")
 
     def note(self, message: str) -> None:
@@ -96,8 +97,11 @@ def print_summary(summary: BuildSummary) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(highlight=False, soft_wrap=False)
     results = summary.results
+    console = Console(highlight=False)
+    if not console.is_terminal:     # CI logs: wide enough that instance names stay on one line
+        longest = max((len(r.name) for r in results), default=0)
+        console = Console(highlight=False, width=max(100, longest + 60))
     shown = results if len(results) <= _TABLE_ALL_UP_TO else [r for r in results if r.status == "failed" or r.warnings]
     if shown:
         table = Table(title=f"build of {summary.out}" + ("" if shown is results else " (failures and warnings)"))
@@ -113,7 +117,7 @@ def print_summary(summary: BuildSummary) -> None:
     for r in results:
         for w in r.warnings:
             if w.startswith("spills:"):
-                console.print(f"[yellow]warning[/] {r.name}: {w}")
+                console.print(f"[yellow]warning[/] {r.name}: {w}", soft_wrap=True)
     for r in summary.failed:
         console.print(f"\n[bold red]FAILED[/] {r.name}")
         console.print(f"  source: {r.source}")
