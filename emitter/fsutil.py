@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +16,11 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, durable: bo
     rename (survives power loss; costs milliseconds per file, so only for the manifest)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # A temporary name of our own (not mkstemp: its O_EXCL create cost ~1 ms a file on our disks,
+    # a third of a 10,000-instance emit). pid + thread id keep concurrent writers apart.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
-        with os.fdopen(fd, "wb") as f:
+        with open(tmp, "wb") as f:
             f.write(data)
             if durable:
                 f.flush()

@@ -43,6 +43,7 @@ def environment(root: str | None = None) -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         autoescape=False,
+        auto_reload=False,  # templates do not change under a running emit; skips a stat per include
     )
     env.filters["cpp_float"] = _cpp_float
     env.filters["cpp_bool"] = lambda b: "true" if b else "false"

@@ -530,7 +530,7 @@ def test_real_emitted_instances_build(tmp_path, monkeypatch):
     for inst in picked:
         shutil.copy(src / inst["source"], out / inst["source"])
     (out / "manifest.json").write_text(json.dumps(dict(data, instances=picked)))
-    summary = build(out, options=BuildOptions(jobs=1))
+    summary = build(out)
     assert summary.ok, [(r.name, r.error) for r in summary.failed]
     for r in summary.results:
         rec = r.record

@@ -171,11 +171,15 @@ def register(group: click.Group) -> None:
         opts = BuildOptions(jobs=jobs, cache_dir=cache_dir, use_cache=not no_cache,
                             allow_serialized_wgmma=allow_serialized_wgmma, executor=executor, timeout_s=timeout_s,
                             host_syntax_only=host_syntax_only)
-        old = signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
+        try:   # SIGTERM stops the nvcc processes too, like Ctrl-C (only possible from the main thread)
+            old = signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
+        except ValueError:
+            old = None
         try:
             summary = build(out, select, exclude, opts, reporter)
         finally:
-            signal.signal(signal.SIGTERM, old)
+            if old is not None:
+                signal.signal(signal.SIGTERM, old)
             if isinstance(reporter, RichReporter):
                 reporter.stop()
         print_summary(summary)
