@@ -6,7 +6,7 @@ OUT     ?= generated/demo
 SPECS   ?= configs/gemm/*.yaml
 JOBS    ?=
 
-.PHONY: install demo emit build verify profile test test-fast test-gpu bench clean
+.PHONY: install demo emit build verify profile test test-fast test-gpu bench bench-gpu golden clean
 
 install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -39,8 +39,12 @@ test-fast: install       # everything but the nvcc compiles
 test-gpu:                # on the GPU machine (see scripts/gpu_suite.sh)
 	bash scripts/gpu_suite.sh
 
-bench: install
+bench: install           # emit speed (10,000 instances) and build overhead against plain nvcc
 	$(BIN)/python benchmarks/emit_speed.py
+	$(BIN)/python benchmarks/build_overhead.py
+
+bench-gpu:               # on the GPU machine: build, verify and profile the sm90a configs vs cuBLAS
+	python3 benchmarks/profile_sm90a.py --specs 'configs/gemm/sm90a_*.yaml' --specs 'configs/tuning/*.yaml' --shapes all
 
 clean:
 	rm -rf generated/demo results build dist .pytest_cache
