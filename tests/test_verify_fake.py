@@ -501,15 +501,21 @@ _MOCK_DRIVER = textwrap.dedent(r'''
         @staticmethod
         def synchronize(): pass
     LAUNCHES = []
-    class Function:
-        def __init__(self, spec): self.spec = spec; self.attrs = {}
-        def set_attribute(self, a, v): self.attrs[a] = v
-        def __call__(self, pbuf, grid, block, shared, stream):
+    class DriverKernel:
+        """Stands in for emitter.runtime.launcher.DriverKernel: the "cubin" is the manifest entry as JSON."""
+        def __init__(self, cubin, symbol):
+            self.spec = json.loads(open(cubin).read())
+            assert symbol == "emitter_" + self.spec["name"] + "_kernel", symbol
+            self.max_dynamic_shared = 48 * 1024
+        def allow_shared(self, n): self.max_dynamic_shared = max(self.max_dynamic_shared, n)
+        def launch(self, grid, block, shared, stream, packed):
             from emitter.runtime.shim import EmitterGemmProblem
             from emitter.runtime.hostdata import MatrixLayout, decode, encode
             from emitter.runtime.config import GemmConfig
-            assert shared <= self.attrs.get(8, 48 * 1024), "dynamic shared memory limit not raised"
-            p = EmitterGemmProblem.from_buffer_copy(ctypes.string_at(int(pbuf), ctypes.sizeof(EmitterGemmProblem)))
+            assert shared <= self.max_dynamic_shared, "dynamic shared memory limit not raised"
+            # by value: the Params bytes travel in the launch itself (the mock shim's Params = the problem)
+            p = EmitterGemmProblem.from_buffer_copy(packed.data()[:ctypes.sizeof(EmitterGemmProblem)])
+            assert ctypes.cast(packed.array, ctypes.POINTER(ctypes.c_void_p))[0] % 64 == 0, "Params not 64-byte aligned"
             cfg = GemmConfig.from_entry(self.spec)
             def view(ptr, lay, dt):
                 from emitter.runtime.hostdata import storage_dtype
@@ -525,21 +531,15 @@ _MOCK_DRIVER = textwrap.dedent(r'''
             out = view(p.D, ld, cfg.d).copy(); ld.scatter(out, encode(z, cfg.d))
             ctypes.memmove(p.D, out.ctypes.data, out.nbytes)
             LAUNCHES.append((grid, block, shared))
-    class Module:
-        def __init__(self, path): self.spec = json.loads(open(path).read())
-        def get_function(self, name):
-            assert name == "emitter_" + self.spec["name"] + "_kernel", name
-            return Function(self.spec)
-    def module_from_file(path): return Module(path)
     def init(): pass
 ''')
 
 
 @pytest.mark.skipif(_cc() is None, reason="no C compiler")
 def test_pycuda_backend_launch_path_with_mock_driver(tmp_path, monkeypatch):
-    """The PyCUDA backend end to end (build record, ctypes shim, workspace, params to device memory, shared
-    memory attribute, launch, copy back) against a mock driver; the verifier must pass the right kernel
-    and fail one whose shim rejects sizes."""
+    """The PyCUDA backend end to end (build record, ctypes shim, workspace, Params packed by value and
+    64-byte aligned, shared memory attribute, launch, copy back) against a mock driver; the verifier must
+    pass the right kernel and fail one whose shim rejects sizes."""
     mock = tmp_path / "mock"
     (mock / "pycuda").mkdir(parents=True)
     (mock / "pycuda" / "__init__.py").write_text("")
@@ -548,6 +548,9 @@ def test_pycuda_backend_launch_path_with_mock_driver(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(mock))
     for mod in [m for m in sys.modules if m == "pycuda" or m.startswith("pycuda.")]:
         monkeypatch.delitem(sys.modules, mod)
+    import pycuda.driver as mock_driver  # the mock above
+    import emitter.runtime.pycuda_backend as backend_module
+    monkeypatch.setattr(backend_module, "DriverKernel", mock_driver.DriverKernel)
     ent = entry("mock", layout_a="col")
     root = write_manifest(tmp_path / "m", [ent])
     bdir = root / "build" / "mock"
@@ -568,6 +571,7 @@ def test_pycuda_backend_launch_path_with_mock_driver(tmp_path, monkeypatch):
     r0 = run.results[0]
     assert r0["launch"]["grid"] == [3, 5, 1] and r0["launch"]["shared_bytes"] == 65536 and r0["time_ms"] == 0.25
     assert run.device.startswith("Mock GPU")
+    assert mock_driver.LAUNCHES and mock_driver.LAUNCHES[0][2] == 65536
 
 
 def test_serial_split_k_allows_partials_rounded_to_d():

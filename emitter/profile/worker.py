@@ -155,12 +155,13 @@ class GpuEngine:
         """(status, fatal) for an exception raised while measuring."""
         from emitter.profile.workload import is_sticky
         from emitter.runtime.backend import CannotImplement, CudaFault, NotBuilt, RuntimeBackendError
+        from emitter.runtime.launcher import DriverError
 
         if isinstance(e, CannotImplement):
             return NOT_APPLICABLE, False
         if isinstance(e, CudaFault):
             return FAULT, True
-        if isinstance(e, self.drv.Error):
+        if isinstance(e, (self.drv.Error, DriverError)):
             return (FAULT, True) if is_sticky(str(e)) or not self._context_ok() else (FAILED, False)
         if isinstance(e, (NotBuilt, RuntimeBackendError)):
             return FAILED, False

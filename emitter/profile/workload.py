@@ -4,8 +4,8 @@
 fills them with random values (never zeros) from a seed that depends only on the op and the problem, so
 every kernel and the cuBLAS baseline read the same data, and the correctness reference is computed once.
 `KernelLaunch` turns a kernel loaded by the runtime Backend into a launch on set i: the host shim fills
-one Params block per set (their pointers differ), the Params live in device memory, and each launch is
-one cuLaunchKernel of the instance's entry with a pre-packed pointer argument.
+one Params block per set (their pointers differ), packed once, and each launch is one cuLaunchKernel of
+the instance's entry with those Params by value (emitter/runtime/launcher.py).
 
 The runtime's Backend.run copies host buffers in and D out around a single launch (the verifier's need);
 timing needs device-resident rotated buffers and back-to-back launches, so this module composes the
@@ -15,7 +15,6 @@ Backend's loaded Kernel (its host shim and cubin function) instead of calling ru
 from __future__ import annotations
 
 import hashlib
-import struct
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,9 +27,9 @@ from emitter.runtime.backend import (
     CannotImplement, CudaFault, GemmProblem, Kernel, LaunchFailed,
 )
 from emitter.runtime.config import GemmConfig
+from emitter.runtime.launcher import DriverError, PackedParams
 from emitter.runtime.hostdata import MatrixLayout, storage_dtype
 
-_DEFAULT_SHARED_LIMIT = 48 * 1024
 _WS_MARK = 0xA5                    # workspace bytes before initialize(): what it zeroes shows up as 0
 _WS_SCAN_LIMIT = 256 << 20         # larger workspaces are zeroed whole before each launch
 
@@ -220,25 +219,20 @@ class KernelLaunch:
                 grid, block = tuple(launch.grid), tuple(launch.block)
                 if min(grid) < 1 or min(block) < 1:
                     raise LaunchFailed(f"shim returned an empty launch: grid={grid} block={block}")
-                pbuf = drv.mem_alloc(len(params))
-                self._allocs.append(pbuf)
-                drv.memcpy_htod(pbuf, params)
                 shared = int(launch.shared_bytes)
-                if shared > _DEFAULT_SHARED_LIMIT and h.get("shared_set", 0) < shared:
-                    fn.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
-                    h["shared_set"] = shared
-                self.launches.append((grid, block, struct.pack("P", int(pbuf)), shared))
+                fn.allow_shared(shared)
+                self.launches.append((grid, block, PackedParams(params), shared))
                 self.resets.append(self._zeroed_range(ws, ws_bytes) if ws_bytes else None)
                 self.info = launch.as_dict()
             stream.synchronize()            # workspace initialisation on the stream
-        except drv.Error as e:
+        except (drv.Error, DriverError) as e:
             self.free()
             raise (CudaFault if is_sticky(str(e)) else LaunchFailed)(f"{kernel.name}: {e}") from None
         except Exception:
             self.free()
             raise
         self.fn = fn
-        self._raw = getattr(fn, "_launch_kernel", None)
+        self._handle = int(stream.handle)
 
     def _zeroed_range(self, ws: int, ws_bytes: int) -> tuple[int, int] | None:
         """Which bytes of the workspace initialize() set to zero (they were marked before it ran)."""
@@ -255,14 +249,11 @@ class KernelLaunch:
 
     def __call__(self, i: int) -> None:
         j = i % len(self.launches)
-        grid, block, arg, shared = self.launches[j]
+        grid, block, packed, shared = self.launches[j]
         reset = self.resets[j]
         if reset is not None:
             self.drv.memset_d8_async(reset[0], 0, reset[1], self.stream)
-        if self._raw is not None:
-            self._raw(grid, block, arg, shared, self.stream)
-        else:  # pragma: no cover - older PyCUDA
-            self.fn(np.uintp(struct.unpack("P", arg)[0]), grid=grid, block=block, shared=shared, stream=self.stream)
+        self.fn.launch(grid, block, shared, self._handle, packed)
 
     def free(self) -> None:
         for a in self._allocs:

@@ -1,10 +1,11 @@
-"""The GPU backend: cubin loaded and launched through PyCUDA, Params from the instance's ctypes host shim.
+"""The GPU backend: PyCUDA context, memory, streams and events; Params from the instance's ctypes host shim.
 
-Launch path (DESIGN.md "Launching through PyCUDA"): emitter_<name>_query -> workspace -> 
-emitter_<name>_initialize(problem, workspace, stream, params_buf, capacity, &launch) -> the Params bytes
-go to a device buffer -> raise the dynamic shared-memory limit above 48 KiB -> cuLaunchKernel of
-emitter_<name>_kernel(Params const*) with the shim's grid/block/shared. Cluster kernels carry
-__cluster_dims__ in the cubin, which a plain launch honours.
+Launch path: emitter_<name>_query -> workspace -> emitter_<name>_initialize(problem, workspace, stream,
+params_buf, capacity, &launch) -> the Params bytes, packed 64-byte aligned -> raise the dynamic
+shared-memory limit above 48 KiB -> cuLaunchKernel of emitter_<name>_kernel(__grid_constant__ Params)
+with the Params by value in kernelParams form (emitter/runtime/launcher.py says why not PyCUDA's packed
+buffer) and the shim's grid/block/shared. Cluster kernels carry __cluster_dims__ in the cubin, which a
+plain launch honours.
 
 PyCUDA is imported only inside functions (`pip install emitter[gpu]`), and the primary context is used
 (pycuda.autoprimaryctx) so torch (GPU references) and the shim's CUDA runtime calls share it.
@@ -24,6 +25,7 @@ from emitter.runtime.backend import (
     LaunchFailed, NotBuilt, RunResult, build_record,
 )
 from emitter.runtime.config import GemmConfig
+from emitter.runtime.launcher import DriverError, DriverKernel, PackedParams
 from emitter.runtime.shim import (
     EMITTER_BUFFER_TOO_SMALL, EMITTER_CANNOT_IMPLEMENT, EMITTER_OK, EmitterGemmProblem, HostShim, ShimError,
     status_name,
@@ -35,8 +37,6 @@ _STICKY = (
     "illegal instruction", "invalid program counter", "device-side assert", "hardware stack error",
     "launch timed out", "launch timeout", "context is destroyed", "uncorrectable",
 )
-
-_DEFAULT_SHARED_LIMIT = 48 * 1024
 
 
 def _is_sticky(text: str) -> bool:
@@ -80,9 +80,8 @@ class PycudaBackend(Backend):
         except ShimError as e:
             raise LaunchFailed(str(e)) from None
         try:
-            module = self.drv.module_from_file(str(cubin))
-            fn = module.get_function(f"emitter_{name}_kernel")
-        except self.drv.Error as e:
+            fn = DriverKernel(cubin, f"emitter_{name}_kernel")
+        except (DriverError, OSError) as e:
             text = f"cannot load {cubin.name} / emitter_{name}_kernel: {e}"
             low = str(e).lower()
             if "no kernel image" in low or "no binary" in low or "kernel image is invalid" in low:
@@ -93,7 +92,7 @@ class PycudaBackend(Backend):
                 raise CudaFault(text) from None
             raise LaunchFailed(text) from None
         return Kernel(name=name, config=cfg, entry=dict(entry), root=root,
-                      handle={"shim": shim, "module": module, "fn": fn, "record": record, "shared_set": 0})
+                      handle={"shim": shim, "fn": fn, "record": record})
 
     # -------------------------------------------------------------------------------------- run
     def _alloc(self, host: np.ndarray | None, allocations: list) -> int:
@@ -163,26 +162,22 @@ class PycudaBackend(Backend):
             if len(params) != launch.params_bytes or not params:
                 raise LaunchFailed(f"shim wrote {len(params)} params bytes, launch says {launch.params_bytes}")
 
-            pbuf = drv.mem_alloc(len(params))
-            allocations.append(pbuf)
-            drv.memcpy_htod(pbuf, params)
+            packed = PackedParams(params)
             shared = int(launch.shared_bytes)
-            fn = h["fn"]
-            if shared > _DEFAULT_SHARED_LIMIT and h["shared_set"] < shared:
-                try:
-                    fn.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
-                except drv.Error as e:
-                    raise LaunchFailed(f"cannot allow {shared} bytes of dynamic shared memory: {e}") from None
-                h["shared_set"] = shared
+            fn: DriverKernel = h["fn"]
+            try:
+                fn.allow_shared(shared)
+            except DriverError as e:
+                raise LaunchFailed(f"cannot allow {shared} bytes of dynamic shared memory: {e}") from None
 
             start, end = drv.Event(), drv.Event()
             try:
                 self.stream.synchronize()           # the shim's workspace initialisation
                 start.record(self.stream)
-                fn(pbuf, grid=grid, block=block, shared=shared, stream=self.stream)
+                fn.launch(grid, block, shared, self.stream.handle, packed)
                 end.record(self.stream)
                 end.synchronize()
-            except drv.Error as e:
+            except (drv.Error, DriverError) as e:
                 text = f"{type(e).__name__}: {e}"
                 if _is_sticky(text) or not self._context_ok():
                     raise CudaFault(text) from None

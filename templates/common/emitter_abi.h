@@ -59,5 +59,7 @@ typedef struct emitter_launch {
 //        kernel Params bytes into params_out (host memory) and the grid/block/cluster/shared size.
 //   const char* emitter_<name>_name(void);
 // Device entry (compiled with -DEMITTER_DEVICE to a cubin):
-//   extern "C" __global__ void emitter_<name>_kernel(Params const* params);  // Params in device memory
+//   extern "C" __global__ void emitter_<name>_kernel(Params params);  // by value (__grid_constant__ on sm90a);
+//   launch with cuLaunchKernel's kernelParams array (void* args[] = {&params}), which keeps the Params'
+//   64-byte alignment; CU_LAUNCH_PARAM_BUFFER_POINTER (PyCUDA's packed buffer) does not.
 #endif  // EMITTER_ABI_H
