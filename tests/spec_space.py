@@ -20,6 +20,8 @@ def draw_spec(rng: random.Random, arch: str) -> dict[str, Any]:
         spec["cluster"] = c(["1x1x1", "2x1x1", "1x2x1", "2x2x1", "4x1x1"])
         spec["schedule"] = {"kernel": c(["auto", "cooperative", "pingpong"]),
                             "tile_scheduler": c(["persistent", "persistent", "stream_k"])}
+        if dt in ("e4m3", "e5m2") or rng.random() < 0.05:   # elsewhere: rejected (fp8-fast-accum)
+            spec["schedule"]["fp8_fast_accum"] = c([False, True])
         spec["stages"] = c(["auto", "auto", 2, 3, 4, 5, 7])
     else:
         dt = c(["f16", "f16", "bf16", "f32", "f64", "s8"])

@@ -233,6 +233,48 @@ def test_choose_all_groups_by_op_and_problem():
                    (f16.key, (4096, 4096, 4096, 1)): "c"}
 
 
+def test_fp8_fast_accum_is_its_own_op():
+    """Fast-accumulation kernels compute with other numerics: their op key differs (suffix only when set),
+    so they are ranked among themselves and against cuBLASLt's fast-accumulation mode."""
+    plain = Op("e4m3", "e4m3", "bf16", "bf16", "row", "col", "row")
+    fast = Op("e4m3", "e4m3", "bf16", "bf16", "row", "col", "row", fast_accum=True)
+    assert plain.key == "e4m3e4m3_bf16bf16_accf32_tnt" and fast.key == plain.key + "_fastacc"
+    assert Op(**{**plain.__dict__, "bias": "row"}).key.endswith("_biasrow")
+    assert Op(**{**fast.__dict__, "bias": "row"}).key.endswith("_biasrow_fastacc")
+    for op in (plain, fast):
+        assert Op.from_json(json.loads(json.dumps(op.to_json()))) == op
+    assert fast.to_json()["fast_accum"] is True
+    old_record = {k: v for k, v in plain.to_json().items() if k != "fast_accum"}   # records from before
+    assert Op.from_json(old_record) == plain
+    cfg = {"a": "e4m3", "b": "e4m3", "c": "bf16", "d": "bf16", "layout_a": "row", "layout_b": "col",
+           "layout_c": "row", "accumulator": "f32", "epilogue": {"activation": "identity", "bias": "none"}}
+    assert Op.from_config(cfg) == plain and Op.from_config({**cfg, "fp8_fast_accum": False}) == plain
+    assert Op.from_config({**cfg, "fp8_fast_accum": True}) == fast
+    ms = [meas("k_plain", 1.0, op=plain), meas("k_fast", 0.8, op=fast)]
+    got = {k[0]: c.winner.name for k, c in choose_all(ms).items()}
+    assert got == {plain.key: "k_plain", fast.key: "k_fast"}
+
+
+def test_fp8_baseline_uses_fast_accum_like_the_op():
+    """torch._scaled_mm's use_fast_accum follows the op (without torch: the choice and the provider text)."""
+    from types import SimpleNamespace as NS
+
+    from emitter.profile.baselines import scaled_mm_provider, use_fast_accum
+    from emitter.profile.workload import op_config
+
+    plain = Op("e4m3", "e4m3", "bf16", "bf16", "row", "col", "row")
+    fast = Op("e4m3", "e4m3", "bf16", "bf16", "row", "col", "row", fast_accum=True)
+    # what ProblemData carries: the op and the GemmConfig workload.op_config builds from it
+    assert use_fast_accum(NS(op=fast, cfg=op_config(fast))) is True
+    assert use_fast_accum(NS(op=plain, cfg=op_config(plain))) is False
+    assert use_fast_accum(NS(op=plain, cfg=NS(fast_accum=True))) is True      # a GemmConfig that says so
+    assert use_fast_accum(NS(op=NS(), cfg=NS())) is False                     # neither knows: full precision
+    assert "use_fast_accum=True" in scaled_mm_provider(True, "2.11.0")
+    assert "use_fast_accum=False" in scaled_mm_provider(False, "2.11.0")
+    # the first comma-separated part names the call (used in "refused this problem" messages)
+    assert scaled_mm_provider(True, "2.11.0").split(",")[0] == "torch._scaled_mm (cuBLASLt) use_fast_accum=True"
+
+
 # ------------------------------------------------------------------------------------------ reports
 def recorded() -> tuple[list[Measurement], dict[int, dict], ProfileConfig]:
     """A recorded H100 run: two problems, three kernels and cuBLAS, one kernel tied, one wrong, one fault."""
@@ -377,9 +419,11 @@ def test_shard_balances_flops_deterministically():
 
 def test_plan_selects_and_resolves_manifests_beside_the_config(manifest_dir, tmp_path):
     cfg_path = manifest_dir.parent / "p.yaml"
-    cfg_path.write_text(f"manifests: [{manifest_dir.name}]\nselect: a=e4m3\nproblems: [{{square: 1024}}]\n")
+    cfg_path.write_text(f"manifests: [{manifest_dir.name}]\nselect: a=e4m3 fp8_fast_accum=false\n"
+                        "problems: [{square: 1024}]\n")
     pl = plan(load_config(cfg_path), cwd=tmp_path)      # not under cwd: found beside the config
     assert {i["entry"]["config"]["a"] for i in pl.instances} == {"e4m3"} and len(pl.instances) == 2
+    assert not any(i["entry"]["config"]["fp8_fast_accum"] for i in pl.instances)
     pl2 = plan(load_config(cfg_path), exclude=("pingpong",), cwd=tmp_path)
     assert len(pl2.instances) == 1
     from emitter.profile.runner import ProfileError
@@ -400,9 +444,11 @@ def test_fake_run_in_process(manifest_dir, tmp_path):
     kernels = [m for m in outcome.measurements if m.kind == "kernel"]
     assert len(kernels) == len(pl.instances) * 2 and all(m.ok for m in kernels)
     assert all(m.check["passed"] and "emitter.verify" in m.check["reference"] for m in kernels)
-    assert len([m for m in outcome.measurements if m.kind == "baseline"]) == 2 * 2   # bf16 + fp8 ops
+    # bf16, fp8 and fp8 fast-accumulation ops (its own op: its own baseline and winner)
+    assert len([m for m in outcome.measurements if m.kind == "baseline"]) == 3 * 2
+    assert {m.op.key for m in kernels if m.op.fast_accum} == {"e4m3e4m3_bf16bf16_accf32_tnt_fastacc"}
     r = rep.build(outcome.measurements, outcome.envs, cfg)
-    assert len(r.choices) == 4
+    assert len(r.choices) == 6
 
 
 def test_fake_run_isolates_faults_and_wrong_kernels(manifest_dir, tmp_path):
@@ -422,7 +468,7 @@ def test_fake_run_isolates_faults_and_wrong_kernels(manifest_dir, tmp_path):
     assert by[(streamk, "1024x1024x1024")].status == CHECK_FAILED and by[(streamk, "1024x1024x1024")].stats is None
     assert outcome.restarts == 1
     assert len(by) == len(pl.instances) * 2                  # nothing measured twice, nothing lost
-    assert sum(m.kind == "baseline" for m in outcome.measurements) == 4
+    assert sum(m.kind == "baseline" for m in outcome.measurements) == 6     # 3 ops x 2 problems
 
 
 def test_fake_run_on_two_gpus_shards_problems(manifest_dir, tmp_path):

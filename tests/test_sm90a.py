@@ -37,7 +37,7 @@ def make(a=T.bf16, b=None, c=None, d=None, acc=T.f32, compute=None, layout="tnt"
          cluster=(2, 1, 1), stages=AUTO, kernel=KernelSchedule.auto, epilogue=EpilogueSchedule.auto,
          scheduler=TileScheduler.persistent, align=(AUTO, AUTO, AUTO), activation=Activation.identity,
          bias=Bias.none, clamp=(0.0, 6.0), split_k=SplitK.none, batched=False, instruction=None,
-         op_class=OpClass.tensorop, warp=None) -> GemmInstance:
+         op_class=OpClass.tensorop, warp=None, fast_accum=False) -> GemmInstance:
     """A candidate sm90a instance with every field explicit (defaults: bf16 TN 128x256x64, cluster 2x1x1)."""
     b = b or a
     d = d or c or a
@@ -53,7 +53,8 @@ def make(a=T.bf16, b=None, c=None, d=None, acc=T.f32, compute=None, layout="tnt"
         instruction=None if instruction is None else Shape3(*instruction), stages=stages,
         kernel_schedule=kernel, epilogue_schedule=epilogue, tile_scheduler=scheduler, swizzle=1,
         alignment_a=align[0], alignment_b=align[1], alignment_c=align[2],
-        epilogue=Epilogue(activation, bias, clamp[0], clamp[1]), split_k=split_k, batched=batched)
+        epilogue=Epilogue(activation, bias, clamp[0], clamp[1]), split_k=split_k, batched=batched,
+        fp8_fast_accum=fast_accum)
 
 
 def ok(inst: GemmInstance) -> GemmInstance:
@@ -75,9 +76,9 @@ def cutlass_default_sm90_configs():
 
     Mirrors GenerateSM90_TensorOp_{16b,tf32,int8,fp8}_WGMMA_{,alignx_}gemm in generator.py (layouts,
     data types, default instantiation levels) and takes tiles, clusters and schedules from
-    cutlass_library.sm90_utils itself. Not modelled, mapped to the nearest emitter config: void C
-    (C = D), the plain (non-persistent) warp-specialized schedule and FP8 fast accumulation (kernel
-    schedule auto / the same schedule), EpilogueTransposed (no_smem: emitter picks it for tt)."""
+    cutlass_library.sm90_utils itself. FP8 fast accumulation schedules map to fp8_fast_accum. Not
+    modelled, mapped to the nearest emitter config: void C (C = D), the plain (non-persistent)
+    warp-specialized schedule (kernel schedule auto), EpilogueTransposed (no_smem: emitter picks it for tt)."""
     U = pytest.importorskip("cutlass_library.sm90_utils")
     from cutlass_library.library import DataType as LD, EpilogueScheduleType as ES, KernelScheduleType as KS
     from cutlass_library.library import LayoutType as LT
@@ -95,6 +96,8 @@ def cutlass_default_sm90_configs():
     es = {ES.ScheduleAuto: EpilogueSchedule.auto, ES.NoSmemWarpSpecialized: EpilogueSchedule.no_smem,
           ES.EpilogueTransposed: EpilogueSchedule.no_smem, ES.TmaWarpSpecialized: EpilogueSchedule.tma,
           ES.TmaWarpSpecializedCooperative: EpilogueSchedule.tma}
+    fast = {KS.TmaWarpSpecializedFP8FastAccum, KS.TmaWarpSpecializedPingpongFP8FastAccum,
+            KS.TmaWarpSpecializedCooperativeFP8FastAccum}
     lt = {LT.RowMajor: ROW, LT.ColumnMajor: COL}
     R, C = LT.RowMajor, LT.ColumnMajor
 
@@ -166,7 +169,8 @@ def cutlass_default_sm90_configs():
                             kernel_schedule=ks[k], epilogue_schedule=epi, tile_scheduler=sched, swizzle=1,
                             alignment_a=lay[0][1], alignment_b=lay[1][1],
                             # CUTLASS's emitter switches C to the TMA alignment for TMA epilogues
-                            alignment_c=AUTO if epi is EpilogueSchedule.tma else lay[2][1])
+                            alignment_c=AUTO if epi is EpilogueSchedule.tma else lay[2][1],
+                            fp8_fast_accum=k in fast)
                         if inst not in seen:
                             seen.add(inst)
                             yield fam, inst
@@ -271,6 +275,10 @@ REJECTED = [
     ("shared-memory", dict(a=T.f32, d=T.f32, tile=(128, 256, 64), layout="tnt", stages=3)),
     ("accumulator-registers", dict(tile=(256, 256, 64))),
     ("accumulator-registers", dict(tile=(128, 256, 64), kernel=KernelSchedule.pingpong)),
+    ("fp8-fast-accum", dict(fast_accum=True)),                                           # bf16
+    ("fp8-fast-accum", dict(a=T.s8, acc=T.s32, d=T.s8, tile=(128, 128, 128), fast_accum=True)),
+    ("fp8-fast-accum-tma", dict(a=T.e4m3, d=T.bf16, tile=(128, 128, 128), cluster=(1, 1, 1), align=(8, 8, 8),
+                                fast_accum=True)),
 ]
 
 
@@ -373,6 +381,91 @@ def test_tf32_layouts(layout, kind):
 def test_fusion_operation(activation, bias, expected):
     ctx = sm90a.template_context(ok(make(activation=activation, bias=bias, clamp=(-1.0, 1.0))))
     assert expected in ctx["fusion_cpp"]
+
+
+# ------------------------------------------------------------------------------------------------
+# fp8 fast accumulation (KernelTmaWarpSpecialized*FP8FastAccum)
+# ------------------------------------------------------------------------------------------------
+
+FP8 = dict(a=T.e4m3, c=T.bf16, d=T.bf16, tile=(128, 128, 128), cluster=(1, 1, 1))
+
+
+@pytest.mark.parametrize("changes,schedule_cpp", [
+    (dict(kernel=KernelSchedule.cooperative), "cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum"),
+    (dict(kernel=KernelSchedule.pingpong), "cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum"),
+    (dict(), "cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum"),           # auto, tile m 128
+    (dict(tile=(64, 128, 128)), "cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum"),  # auto, m 64
+    (dict(b=T.e5m2, scheduler=TileScheduler.stream_k),
+     "cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum"),
+    (dict(split_k=SplitK.serial), "cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum"),
+])
+def test_fast_accum_selects_the_fp8_fast_accum_schedule(changes, schedule_cpp):
+    r = ok(make(**{**FP8, **changes, "fast_accum": True}))
+    assert r.fp8_fast_accum and sm90a.resolve(r) == r
+    ctx = sm90a.template_context(r)
+    assert ctx["kernel_schedule_cpp"] == schedule_cpp and ctx["fp8_fast_accum"]
+    text = render(r, "t_fa")
+    assert f"using KernelSchedule = {schedule_cpp};" in text
+    assert "fp8 fast accumulation" in text
+    # the same instance without it: the promoting (default) fp8 mainloop, the plain schedule name
+    plain = ok(make(**{**FP8, **changes}))
+    assert not plain.fp8_fast_accum and plain != r
+    plain_text = render(plain, "t_fa")
+    assert "FP8FastAccum" not in plain_text and "fast accumulation" not in plain_text
+    assert schedule_cpp.replace("FP8FastAccum", "") in plain_text
+
+
+def test_fast_accum_keeps_the_shared_memory_and_wgmma_of_the_plain_kernel():
+    """The FastAccum builder uses MainloopSm90TmaGmmaWarpSpecialized (same SharedStorage and stage count
+    as the promoting fp8 mainloop) and the same ss_op_selector wgmma."""
+    for changes in (dict(), dict(kernel=KernelSchedule.pingpong, tile=(64, 128, 128)),
+                    dict(tile=(128, 256, 128), cluster=(2, 1, 1))):
+        fast, plain = ok(make(**{**FP8, **changes, "fast_accum": True})), ok(make(**{**FP8, **changes}))
+        assert fast.instruction == plain.instruction and fast.epilogue_schedule == plain.epilogue_schedule
+        stages = sm90a._resolved_stages(plain)
+        assert sm90a._resolved_stages(fast) == stages
+        assert sm90a._kernel_smem(fast, stages) == sm90a._kernel_smem(plain, stages)
+
+
+def test_fast_accum_name_token_only_when_set():
+    from emitter.families.gemm.naming import instance_name
+
+    plain = ok(make(**FP8, kernel=KernelSchedule.cooperative))
+    fast = ok(make(**FP8, kernel=KernelSchedule.cooperative, fast_accum=True))
+    n_plain, n_fast = instance_name(plain), instance_name(fast)
+    assert "fastacc" not in n_plain
+    assert "_coop_fastacc_epitma_persistent_" in n_fast
+    assert n_fast.replace("_fastacc", "") == n_plain
+    assert "_pingpong_fastacc_" in instance_name(ok(make(**FP8, kernel=KernelSchedule.pingpong, fast_accum=True)))
+
+
+def test_fast_accum_is_in_the_manifest_config():
+    r = ok(make(**FP8, fast_accum=True))
+    assert r.config()["fp8_fast_accum"] is True
+    assert ok(make(**FP8)).config()["fp8_fast_accum"] is False
+    assert make().fp8_fast_accum is False                      # default off
+
+
+def test_fast_accum_is_rejected_on_the_2x_path():
+    from emitter.families.gemm import sm80
+
+    inst = make(a=T.e4m3, c=T.bf16, d=T.bf16, tile=(128, 128, 64), cluster=None, fast_accum=True).replace(
+        arch=Arch.sm89, warp=Shape3(64, 64, 64), stages=3)
+    r = sm80.resolve(inst)
+    assert isinstance(r, Rejection) and r.rule == "fp8-fast-accum"
+    assert "sm90a" in r.reason and "remove" in r.reason
+    assert not isinstance(sm80.resolve(inst.replace(fp8_fast_accum=False)), Rejection)
+
+
+def test_cutlass_fast_accum_configs_are_modelled():
+    """The parity enumeration maps CUTLASS's FP8FastAccum schedules (persistent and stream-K) to
+    fp8_fast_accum and accepts them (apart from the serialized 256x256 tiles, as for the plain ones)."""
+    fast = [inst for _fam, inst in cutlass_default_sm90_configs() if inst.fp8_fast_accum]
+    assert fast and all(i.a.is_fp8 and i.b.is_fp8 for i in fast)
+    assert {i.tile_scheduler for i in fast} == {TileScheduler.persistent, TileScheduler.stream_k}
+    accepted = [r for r in map(sm90a.resolve, fast) if not isinstance(r, Rejection)]
+    assert accepted and all(r.fp8_fast_accum for r in accepted)
+    assert {r.kernel_schedule for r in accepted} == {KernelSchedule.cooperative, KernelSchedule.pingpong}
 
 
 # Sizes nvcc 13.0 + CUTLASS 4.2 report (sizeof GemmKernel::SharedStorage, CollectiveEpilogue::SharedStorage,
@@ -484,6 +577,9 @@ PROBE = [  # a spread of paths: dtypes, layouts, schedules, epilogues, fusions, 
     dict(tile=(128, 128, 64), cluster=(4, 2, 1)),
     dict(tile=(128, 128, 128), stages=3),
     dict(a=T.f16, acc=T.f16, tile=(256, 128, 64), split_k=SplitK.serial, batched=True),
+    dict(a=T.e4m3, c=T.bf16, d=T.bf16, tile=(128, 128, 128), scheduler=TileScheduler.stream_k, fast_accum=True),
+    dict(a=T.e4m3, c=T.bf16, d=T.bf16, tile=(128, 128, 128), cluster=(1, 2, 1), kernel=KernelSchedule.pingpong,
+         fast_accum=True),
 ]
 
 

@@ -121,6 +121,49 @@ def test_aliases():
     assert inst.a is DType.bf16 and inst.kernel_schedule is KernelSchedule.cooperative
 
 
+def test_fp8_fast_accum_schedule_key():
+    [plain] = expand_text("arch: sm90a\ndtype: e4m3\ntile: 128x128x128\nschedule: {kernel: pingpong}\n")
+    assert plain.fp8_fast_accum is False
+    [fast] = expand_text("arch: sm90a\ndtype: e4m3\ntile: 128x128x128\n"
+                         "schedule: {kernel: cooperative, fp8_fast_accum: true}\n")
+    assert fast.fp8_fast_accum is True and fast.kernel_schedule is KernelSchedule.cooperative
+    assert fast.replace(fp8_fast_accum=False) == expand_text(
+        "arch: sm90a\ndtype: e4m3\ntile: 128x128x128\nschedule: {kernel: cooperative}\n")[0]
+    swept = expand_text("""
+        arch: sm90a
+        dtype: e4m3
+        tile: 128x128x128
+        schedule: {kernel: [cooperative, pingpong], fp8_fast_accum: [false, true]}
+        exclude: [{schedule: {kernel: pingpong, fp8_fast_accum: false}}]
+    """)
+    assert {(i.kernel_schedule.value, i.fp8_fast_accum) for i in swept} == {
+        ("cooperative", False), ("cooperative", True), ("pingpong", True)}
+
+
+def test_fp8_fast_accum_reaches_the_manifest_and_the_rejections(tmp_path):
+    """Emitted with the name token and the config key; bf16 and sm89 rejected with the rule and a fix."""
+    import json
+
+    from emitter.emit import emit
+
+    spec = tmp_path / "fa.yaml"
+    spec.write_text(textwrap.dedent("""
+        - {arch: sm90a, dtype: {a: e4m3, b: e4m3, c: bf16, d: bf16}, tile: 128x128x128,
+           schedule: {kernel: pingpong, fp8_fast_accum: true}}
+        - {arch: sm90a, dtype: bf16, tile: 128x128x64, schedule: {fp8_fast_accum: true}}
+        - {arch: sm89, dtype: {a: e4m3, b: e4m3, c: bf16, d: bf16}, tile: 128x128x64, warp: 64x64x64, stages: 3,
+           schedule: {fp8_fast_accum: true}}
+    """))
+    emit([str(spec)], tmp_path / "out", jobs=1)
+    m = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    [inst] = m["instances"]
+    assert "_pingpong_fastacc_" in inst["name"] and inst["config"]["fp8_fast_accum"] is True
+    assert "FP8FastAccum" in (tmp_path / "out" / inst["source"]).read_text()
+    rules = sorted((r["arch"], r["rule"]) for r in m["rejected"])
+    assert rules == [("sm89", "fp8-fast-accum"), ("sm90a", "fp8-fast-accum")]
+    assert all("remove" in r["reason"] for r in m["rejected"])
+
+
 def test_list_of_specs_file():
     assert len(expand_text("- {arch: sm90a, dtype: bf16, tile: 128x128x64}\n- {arch: sm80, dtype: f16, tile: 128x128x32}\n")) == 2
 
@@ -148,6 +191,10 @@ BAD = [
     ("arch: sm90a\ndtype: bf16\ntile: 128x128x64\nswizzle: 16\n", 4, "swizzle", "16 is not allowed"),
     ("arch: sm90a\ndtype: bf16\ntile: 128x128x64\nsplit_k: sometimes\n", 4, "split_k", "unknown value 'sometimes'"),
     ("arch: sm90a\ndtype: bf16\ntile: 128x128x64\nbatched: yes please\n", 4, "batched", "true or false"),
+    ("arch: sm90a\ndtype: e4m3\ntile: 128x128x128\nschedule:\n  kernel: pingpong\n  fp8_fast_accum: fast\n", 6,
+     "schedule.fp8_fast_accum", "true or false"),
+    ("arch: sm90a\ndtype: e4m3\ntile: 128x128x128\nschedule: {fp8_fastaccum: true}\n", 4,
+     "schedule.fp8_fastaccum", "did you mean 'fp8_fast_accum'"),
     ("arch: sm90a\ndtype: bf16\n", 1, "<root>", "missing required key 'tile'"),
     ("arch: sm90a\ndtype: bf16\ntile: []\n", 3, "tile", "an empty list sweeps nothing"),
     ("family: conv\narch: sm90a\ndtype: bf16\ntile: 128x128x64\n", 1, "family", "unknown kernel family 'conv'"),

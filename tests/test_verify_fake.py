@@ -198,6 +198,87 @@ def test_tolerances_per_dtype():
     assert t(a="e4m3", b="e4m3", c="bf16", d="bf16") == 5e-2
 
 
+def fast_accum_config(**kw):
+    """A GemmConfig of an fp8 fast-accumulation instance (manifest config fp8_fast_accum: true). GemmConfig
+    reads it into `fast_accum`; a GemmConfig without that field yet gets a copy that carries it."""
+    cfg = GemmConfig.from_entry(entry("x", fp8_fast_accum=True, **kw))
+    if not getattr(cfg, "fast_accum", False):
+        from types import SimpleNamespace
+
+        cfg = SimpleNamespace(**vars(cfg), fast_accum=True)
+    return cfg
+
+
+FP8 = dict(a="e4m3", b="e4m3", c="bf16", d="bf16", arch="sm90a")
+
+
+def test_fp8_fast_accum_tolerance_grows_with_k():
+    from emitter.verify.reference import element_tolerances, fast_accum_tolerance
+
+    plain = GemmConfig.from_entry(entry("x", **FP8))
+    fast = fast_accum_config(**FP8)
+    assert fast_accum_tolerance(plain, 4096) == 0.0
+    # 10 * sqrt(number of 32-deep wgmma k-blocks) * 2^-13, on top of the fp8 element allowance
+    assert fast_accum_tolerance(fast, 4096) == pytest.approx(10 * math.sqrt(128) * 2.0 ** -13)
+    assert fast_accum_tolerance(fast, 33) == pytest.approx(10 * math.sqrt(2) * 2.0 ** -13)
+    assert fast_accum_tolerance(fast) == fast_accum_tolerance(fast, 16384)     # K unknown: a large one
+    base = element_tolerances(plain, 4096)[1]
+    assert element_tolerances(fast, 4096)[1] == pytest.approx(base + fast_accum_tolerance(fast, 4096))
+    assert element_tolerances(fast, 1024)[1] < element_tolerances(fast, 4096)[1] < element_tolerances(fast, 65536)[1]
+    # max |D - ref| / (|ref| + rms) of torch._scaled_mm(use_fast_accum=True) measured on an H200 (f32 out):
+    # covered at least twice over; the plain fp8 bound would fail the longest reduction
+    for k, measured in ((4096, 5.4e-3), (16384, 1.23e-2), (65536, 3.0e-2)):
+        assert element_tolerances(fast, k)[1] >= 2 * measured
+    assert element_tolerances(plain, 65536)[1] < 3.0e-2
+    # the relative Frobenius tolerance is unchanged (7e-3 measured at K = 65536)
+    assert tolerance(fast) == tolerance(plain) == 5e-2
+    # only fp8: a bf16 config that somehow says fast_accum keeps its bounds
+    bf16 = fast_accum_config(a="bf16", b="bf16", c="bf16", d="bf16", arch="sm90a")
+    assert element_tolerances(bf16, 65536) == element_tolerances(
+        GemmConfig.from_entry(entry("x", a="bf16", b="bf16", c="bf16", d="bf16")), 65536)
+
+
+def _truncating_fp8_gemm(A, B, bits=13, block=32):
+    """A model of unpromoted fp8 accumulation: per k-block, the running sum and the products are aligned
+    to the largest exponent and truncated to `bits` fraction bits, then summed (f32 registers)."""
+    acc = np.zeros((A.shape[0], B.shape[1]))
+    for j in range(0, A.shape[1], block):
+        terms = np.concatenate([acc[:, None, :], A[:, j:j + block, None] * B[None, j:j + block, :]], axis=1)
+        top = np.abs(terms).max(axis=1)
+        q = 2.0 ** (np.floor(np.log2(np.where(top > 0, top, 1.0))) - bits)[:, None, :]
+        acc = (np.trunc(terms / q) * q).sum(axis=1).astype(np.float32).astype(np.float64)
+    return acc
+
+
+def test_fp8_fast_accum_error_model_passes_and_a_wrong_element_still_fails():
+    fast = fast_accum_config(**{**FP8, "d": "f32", "c": "f32"})
+    rng = np.random.default_rng(3)
+    k = 8192
+    A = decode(encode(rng.standard_normal((1, 24, k)), DType.e4m3), DType.e4m3)
+    B = decode(encode(rng.standard_normal((1, k, 24)), DType.e4m3), DType.e4m3)
+    ref = A @ B
+    got = _truncating_fp8_gemm(A[0], B[0])[None]
+    assert np.abs(got - ref).max() > 0                          # the model does lose bits
+    assert compare(fast, encode(got, DType.f32), ref, exact=False, k=k).status == "PASSED"
+    bad = got.copy()
+    bad[0, 2, 3] += 0.5 * np.sqrt(k)                             # half the typical magnitude: a wrong term
+    r = compare(fast, encode(bad, DType.f32), ref, exact=False, k=k)
+    assert r.status == "FAILED" and (r.worst["row"], r.worst["col"]) == (2, 3)
+
+
+def test_fp8_fast_accum_keeps_exact_small_integer_checks():
+    """Sums of integers up to 2^13 survive 13 kept bits: the int problems stay bit-exact."""
+    fast = fast_accum_config(**FP8)
+    p = GemmProblem(64, 64, 2048).resolved(fast)
+    r, rc, exact = int_plan(fast, p)
+    assert exact and p.k * r * r <= 1 << 13
+    rng = np.random.default_rng(4)
+    A = rng.integers(-r, r + 1, size=(64, 2048)).astype(np.float64)
+    B = rng.integers(-r, r + 1, size=(2048, 64)).astype(np.float64)
+    assert np.array_equal(_truncating_fp8_gemm(A, B), A @ B)
+    assert int_plan(fast, p) == int_plan(GemmConfig.from_entry(entry("x", **FP8)), p)
+
+
 def _check(cfg, ref, got_values, exact):
     return compare(cfg, encode(got_values, cfg.d), ref, exact)
 

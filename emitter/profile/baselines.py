@@ -6,7 +6,9 @@ kernel / baseline compares like with like. Which library call it was goes into e
   * f16 / bf16 / f32 / tf32:  torch.matmul / torch.addmm / torch.bmm / torch.baddbmm (cuBLAS / cuBLASLt);
     tf32 with torch.backends.cuda.matmul.allow_tf32 = True, f32 with it False;
   * fp8 (e4m3 / e5m2): torch._scaled_mm (cuBLASLt), unit scales, row-major A and column-major B (the
-    only layout cuBLASLt fp8 takes), use_fast_accum=False (full-precision accumulation).
+    only layout cuBLASLt fp8 takes); use_fast_accum matches the op (`fast_accum`, from the instances'
+    fp8_fast_accum): False (full-precision accumulation) unless the kernels use fast accumulation, so
+    each kernel is compared with the cuBLASLt mode of the same numerics. The provider string says which.
 Fused epilogues (bias, activations) are not part of the baseline: it computes the plain GEMM.
 """
 
@@ -34,6 +36,17 @@ def torch_version() -> str | None:
     import torch
 
     return f"{torch.__version__} (CUDA {torch.version.cuda})"
+
+
+def use_fast_accum(data: Any) -> bool:
+    """torch._scaled_mm's use_fast_accum for `data` (a ProblemData): the GemmConfig's `fast_accum`, or the
+    op's (Op.fast_accum) -- workload.op_config builds data.cfg from the op, so either one says it."""
+    return bool(getattr(data.cfg, "fast_accum", False) or getattr(data.op, "fast_accum", False))
+
+
+def scaled_mm_provider(fast_accum: bool, torch_version: str) -> str:
+    """The provider string of the fp8 baseline (the first comma-separated part names the call)."""
+    return f"torch._scaled_mm (cuBLASLt) use_fast_accum={bool(fast_accum)}, torch {torch_version}"
 
 
 @dataclass
@@ -86,19 +99,20 @@ def cublas(data: ProblemData, stream: Any) -> BaselineLaunch:
         out_dtype = {DType.bf16: torch.bfloat16, DType.f16: torch.float16, DType.f32: torch.float32}[cfg.d]
 
         with_out = [True]        # torch versions without the out= overload allocate D per call instead
+        fast_accum = use_fast_accum(data)
 
         def run(i: int) -> None:
             A, B, _C, D = views[i % len(views)]
             if with_out[0]:
                 try:
-                    torch._scaled_mm(A, B, scale_a=scale_a, scale_b=one, out_dtype=out_dtype, use_fast_accum=False,
+                    torch._scaled_mm(A, B, scale_a=scale_a, scale_b=one, out_dtype=out_dtype, use_fast_accum=fast_accum,
                                      out=D)
                     return
                 except TypeError:
                     with_out[0] = False
-            torch._scaled_mm(A, B, scale_a=scale_a, scale_b=one, out_dtype=out_dtype, use_fast_accum=False)
+            torch._scaled_mm(A, B, scale_a=scale_a, scale_b=one, out_dtype=out_dtype, use_fast_accum=fast_accum)
 
-        provider = f"torch._scaled_mm (cuBLASLt), torch {torch.__version__}"
+        provider = scaled_mm_provider(fast_accum, torch.__version__)
     else:
         col_out = not cfg.row_major_c
 

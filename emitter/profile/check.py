@@ -128,7 +128,7 @@ def check_torch(data: ProblemData, cfg: Any) -> dict[str, Any]:
     rel = err / norm if norm > 0 else (0.0 if err == 0 else math.inf)
     rms = norm / math.sqrt(max(ref.numel(), 1))
     split_k = max(1, int(getattr(data.problem, "split_k", 1) or 1))
-    mismatches = int((diff > element_bound(cfg, ref.abs(), rms, split_k)).sum().item())
+    mismatches = int((diff > element_bound(cfg, ref.abs(), rms, split_k, data.problem.k)).sum().item())
     del diff, got
     if rel > tol or mismatches:
         why = f"rel err {rel:.3g} > tol {tol:g}" if rel > tol else f"rel err {rel:.3g} <= tol {tol:g} but"
@@ -185,7 +185,7 @@ def check_host(data: ProblemData, cfg: Any) -> dict[str, Any]:
             return _result(False, f"{unwritten} of {dstore.size} elements never written (still poison)", None, tol,
                            unwritten, 0, 0, how)
     cmp = compare(cfg, _gather(dstore, lay.D, rows, cols), ref, exact=False,
-                  split_k=max(1, int(getattr(data.problem, "split_k", 1) or 1)))
+                  split_k=max(1, int(getattr(data.problem, "split_k", 1) or 1)), k=data.problem.k)
     return _result(cmp.status == "PASSED", cmp.reason or None, cmp.rel_err, tol, cmp.unwritten, cmp.nonfinite,
                    cmp.mismatches, how)
 

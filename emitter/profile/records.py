@@ -38,6 +38,7 @@ class Op:
     accumulator: str = "f32"
     activation: str = "identity"
     bias: str = "none"
+    fast_accum: bool = False      # sm90a fp8 fast accumulation: different numerics, so its own op
 
     @property
     def layout(self) -> str:
@@ -51,6 +52,8 @@ class Op:
             parts.append(self.activation)
         if self.bias != "none":
             parts.append(f"bias{self.bias}")
+        if self.fast_accum:
+            parts.append("fastacc")
         return "_".join(parts)
 
     @property
@@ -60,20 +63,24 @@ class Op:
     def to_json(self) -> dict[str, Any]:
         return {"a": self.a, "b": self.b, "c": self.c, "d": self.d, "layout_a": self.layout_a,
                 "layout_b": self.layout_b, "layout_c": self.layout_c, "accumulator": self.accumulator,
-                "activation": self.activation, "bias": self.bias, "layout": self.layout, "key": self.key}
+                "activation": self.activation, "bias": self.bias, "fast_accum": self.fast_accum,
+                "layout": self.layout, "key": self.key}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Op":
         return cls(**{k: d[k] for k in ("a", "b", "c", "d", "layout_a", "layout_b", "layout_c")},
                    accumulator=d.get("accumulator", "f32"), activation=d.get("activation", "identity"),
-                   bias=d.get("bias", "none"))
+                   bias=d.get("bias", "none"), fast_accum=bool(d.get("fast_accum", False)))
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any]) -> "Op":
+        """The op of a manifest instance's `config` (GemmInstance.config(): fast accumulation is
+        `fp8_fast_accum`)."""
         ep = cfg.get("epilogue") or {}
         return cls(a=cfg["a"], b=cfg["b"], c=cfg["c"], d=cfg["d"], layout_a=cfg["layout_a"],
                    layout_b=cfg["layout_b"], layout_c=cfg["layout_c"], accumulator=cfg.get("accumulator", "f32"),
-                   activation=ep.get("activation", "identity"), bias=ep.get("bias", "none"))
+                   activation=ep.get("activation", "identity"), bias=ep.get("bias", "none"),
+                   fast_accum=bool(cfg.get("fp8_fast_accum", False)))
 
 
 _BYTES = {"f16": 2, "bf16": 2, "f32": 4, "tf32": 4, "f64": 8, "s8": 1, "s32": 4, "e4m3": 1, "e5m2": 1}

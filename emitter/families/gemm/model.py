@@ -174,6 +174,10 @@ class GemmInstance:
     epilogue: Epilogue = field(default_factory=Epilogue)
     split_k: SplitK = SplitK.none
     batched: bool = False
+    # CUTLASS 3.x fp8 "fast accumulation" (KernelTmaWarpSpecialized*FP8FastAccum): the wgmma accumulates
+    # the whole K loop in the tensor core's reduced-precision adder instead of promoting partial sums
+    # into f32 registers every few k-blocks. sm90a, fp8 A and B, TMA mainloop only.
+    fp8_fast_accum: bool = False
     # where it came from (not part of identity)
     spec_file: str = field(default="", compare=False)
     spec_index: int = field(default=0, compare=False)

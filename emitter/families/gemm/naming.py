@@ -1,9 +1,10 @@
 """One deterministic, readable name per resolved GEMM instance: file name, C symbol, manifest key.
 
 gemm_<arch>_<a><b>_<c><d>_acc<acc>[_ep<compute>]_<la><lb><lc>_<tile>_<w..|c..>_i<instr>_s<stages>
-    [_<schedule>_<epilogue schedule>_<tile scheduler>] [_swz<N>] _al<a>x<b>x<c> _<activation>[_bias<row|col>]
-    [_splitk<serial|parallel>] [_batched] [_simt]
+    [_<schedule>[_fastacc]_<epilogue schedule>_<tile scheduler>] [_swz<N>] _al<a>x<b>x<c>
+    _<activation>[_bias<row|col>] [_splitk<serial|parallel>] [_batched] [_simt]
 Every configuration field appears (or is at its stated default), so different configs get different names.
+`fastacc` (fp8_fast_accum) appears only when set, so names of instances without it are unchanged.
 """
 
 from __future__ import annotations
@@ -36,9 +37,14 @@ def instance_name(inst: GemmInstance) -> str:
         parts.append(f"i{inst.instruction}")
     parts.append(f"s{inst.stages}" if inst.stages else "sauto")
     if inst.arch.cutlass_major == 3:
-        parts += [_SCHED[inst.kernel_schedule], _EPI[inst.epilogue_schedule], _TS[inst.tile_scheduler]]
+        parts.append(_SCHED[inst.kernel_schedule])
+        if inst.fp8_fast_accum:
+            parts.append("fastacc")
+        parts += [_EPI[inst.epilogue_schedule], _TS[inst.tile_scheduler]]
     else:
         parts.append(f"swz{inst.swizzle}")
+        if inst.fp8_fast_accum:   # rejected on 2.x; named anyway so a rejected config stays distinct
+            parts.append("fastacc")
     parts.append(f"al{inst.alignment_a}x{inst.alignment_b}x{inst.alignment_c}")
     ep = inst.epilogue
     act = ep.activation.value

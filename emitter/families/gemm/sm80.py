@@ -347,6 +347,10 @@ def resolve(inst: GemmInstance) -> GemmInstance | Rejection:
     if inst.tile_scheduler is not TileScheduler.persistent:
         return _reject(inst, "tile-scheduler-3x-only", f"tile_scheduler={inst.tile_scheduler} is a CUTLASS 3.x "
                                                        f"(sm90a) setting: remove it for {arch}, or use arch sm90a")
+    if inst.fp8_fast_accum:
+        return _reject(inst, "fp8-fast-accum", f"fp8_fast_accum is a CUTLASS 3.x (sm90a) kernel schedule "
+                                               f"(KernelTmaWarpSpecialized*FP8FastAccum): remove it for {arch}, "
+                                               f"or use arch sm90a with e4m3/e5m2 inputs")
     if inst.cluster is not None:
         return _reject(inst, "cluster-3x-only", f"cluster {inst.cluster} needs thread block clusters (sm90a): "
                                                 f"remove it for {arch}, or use arch sm90a")

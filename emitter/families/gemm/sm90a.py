@@ -241,6 +241,7 @@ def _resolve(inst: GemmInstance) -> GemmInstance:
     _check_tile(inst)
     inst = _resolve_alignments(inst)
     _check_layouts(inst)
+    _check_fast_accum(inst)
     inst = _resolve_schedules(inst)
     _check_cluster(inst)
     _check_epilogue(inst)
@@ -364,6 +365,28 @@ def _check_layouts(inst: GemmInstance) -> None:
         _fail("tf32-tile-n-multiple-of-k",
               f"layout tt with {inst.a}: A and B are swapped, so tile m={t.m} must be a multiple of tile "
               f"k={t.k}")
+
+
+def _check_fast_accum(inst: GemmInstance) -> None:
+    """fp8_fast_accum selects KernelTmaWarpSpecialized{Cooperative,Pingpong}FP8FastAccum. Its collective
+    builder (GMMA_TMA_WS_FP8_FAST_ACCUM_SS in sm90_gmma_builder.inl) static_asserts fp8 A and B
+    (is_input_fp8), TMA alignment (16 bytes) and K-major operands (no register-sourced A); the layout is
+    checked by layout-8bit-k-major before this. It pairs with the cooperative and ping-pong kernels and,
+    cooperative only, with the stream-K scheduler (CUTLASS's generator emits that combination too)."""
+    if not inst.fp8_fast_accum:
+        return
+    if inst.a not in _FP8 or inst.b not in _FP8:
+        _fail("fp8-fast-accum",
+              f"fp8_fast_accum with a={inst.a}, b={inst.b}: fast accumulation is a mode of the fp8 wgmma "
+              "(KernelTmaWarpSpecialized*FP8FastAccum needs e4m3/e5m2 A and B); remove fp8_fast_accum, or "
+              "use e4m3/e5m2 inputs")
+    if _cp_async(inst):
+        _fail("fp8-fast-accum-tma",
+              f"fp8_fast_accum with alignment a={inst.alignment_a}, b={inst.alignment_b} "
+              f"({inst.alignment_a * inst.a.bits // 8} / {inst.alignment_b * inst.b.bits // 8} bytes): the "
+              "FP8FastAccum schedules exist for the TMA mainloop only, which needs 16-byte aligned A and B; "
+              f"use alignment {TMA_ALIGNMENT_BITS // inst.a.bits} for a and b (or leave it auto), or remove "
+              "fp8_fast_accum")
 
 
 def _resolve_schedules(inst: GemmInstance) -> GemmInstance:
@@ -521,8 +544,9 @@ def _kernel_schedule_cpp(inst: GemmInstance) -> str:
     if _cp_async(inst):
         return ("cutlass::gemm::KernelCpAsyncWarpSpecializedCooperative" if coop
                 else "cutlass::gemm::KernelCpAsyncWarpSpecializedPingpong")
-    return ("cutlass::gemm::KernelTmaWarpSpecializedCooperative" if coop
-            else "cutlass::gemm::KernelTmaWarpSpecializedPingpong")
+    fast = "FP8FastAccum" if inst.fp8_fast_accum else ""   # resolve() allows it on the TMA path only
+    return (f"cutlass::gemm::KernelTmaWarpSpecializedCooperative{fast}" if coop
+            else f"cutlass::gemm::KernelTmaWarpSpecializedPingpong{fast}")
 
 
 def _epilogue_schedule_cpp(inst: GemmInstance) -> str:
@@ -579,6 +603,7 @@ def template_context(inst: GemmInstance) -> dict[str, Any]:
     else:  # integer epilogue: alpha/beta are rounded to the nearest integer
         scalar = "static_cast<ElementCompute>(std::lrint(p->{0}))"
     mainloop_kind = ("cp.async (alignment below 16 bytes)" if cp_async else "TMA") + (
+        ", fp8 fast accumulation (no f32 promotion)" if inst.fp8_fast_accum else "") + (
         ", A and B swapped (D^T = B^T A^T)" if _swap_ab(inst) else
         ", B transposed in shared memory" if _transpose_b(inst) else
         ", A through registers" if not _is_16bit(inst) and not _k_major_a(inst) else "")
@@ -615,6 +640,7 @@ def template_context(inst: GemmInstance) -> dict[str, Any]:
         "clamp_min": inst.epilogue.clamp_min, "clamp_max": inst.epilogue.clamp_max,
         "scalar_from_alpha": scalar.format("alpha"), "scalar_from_beta": scalar.format("beta"),
         "is_stream_k": stream_k,
+        "fp8_fast_accum": inst.fp8_fast_accum,
         "is_split_k_serial": inst.split_k is SplitK.serial,
         "batched": inst.batched,
         "tma_epilogue": tma_epi,

@@ -95,7 +95,8 @@ def _int(lo: int, hi: int, *, auto: bool = False, choices: tuple[int, ...] | Non
 
 def _bool(ctx: _Ctx, path: KeyPath, v: Any) -> bool:
     if not isinstance(v, bool):
-        raise ctx.err(path, "true or false is expected", value=v, allowed=["true", "false"])
+        raise ctx.err(path, "true or false is expected", value=v, allowed=["true", "false"],
+                      fix="write true or false, unquoted")
     return v
 
 
@@ -232,6 +233,7 @@ _SCHEDULE_KEYS = {
     "kernel": _leaf("kernel_schedule", _kernel_schedule),
     "epilogue": _leaf("epilogue_schedule", _epilogue_schedule),
     "tile_scheduler": _leaf("tile_scheduler", _tile_scheduler),
+    "fp8_fast_accum": _leaf("fp8_fast_accum", _bool),
 }
 _ALIGN = _int(1, 16, auto=True, choices=(1, 2, 4, 8, 16))
 _ALIGNMENT_KEYS = {"a": _leaf("alignment_a", _ALIGN), "b": _leaf("alignment_b", _ALIGN), "c": _leaf("alignment_c", _ALIGN)}
@@ -340,6 +342,7 @@ def _build(point: Assign) -> GemmInstance:
         ),
         split_k=point.get("split_k", SplitK.none),
         batched=point.get("batched", False),
+        fp8_fast_accum=point.get("fp8_fast_accum", False),
     )
 
 
