@@ -18,9 +18,10 @@ from click.testing import CliRunner
 
 from emitter.cli import main as cli
 from emitter.library import abi
-from emitter.library.dispatch import (ACTIVATIONS, DTYPES, LAYOUTS, KernelRecord, Op, Query, TuningRecord,
-                                      candidate_order, dispatch_order, kernel_records, log2_fixed, select,
-                                      transpose, tuning_records)
+from emitter.library.dispatch import (ACTIVATIONS, DTYPES, LAYOUTS, Candidate, KernelRecord, Op, Query, TuningRecord,
+                                      candidate_order, dispatch_order, effective_split_k, kernel_records, log2_fixed,
+                                      select, transpose, tuning_records)
+from emitter.library.tuning import TuningError, load as load_tuning
 from emitter.library.export import LibraryError, export_library
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,9 +47,11 @@ kernels:
 """
 
 
-def _tuning(entries: list[tuple[str, int, int, int]], path: Path) -> Path:
+def _tuning(entries: list[tuple], path: Path) -> Path:
+    """(kernel, m, n, k[, split_k]) rows -> a tuning table file."""
     path.write_text(json.dumps({"schema_version": 1, "kind": "emitter.tuning_table", "entries": [
-        {"problem": {"m": m, "n": n, "k": k, "batch": 1}, "kernel": name, "median_ms": 0.1} for name, m, n, k in entries]}))
+        {"problem": {"m": m, "n": n, "k": k, "batch": 1}, "kernel": name, "median_ms": 0.1,
+         **({"split_k": rest[0]} if rest else {})} for name, m, n, k, *rest in entries]}))
     return path
 
 
@@ -91,11 +94,11 @@ def test_log2_fixed_exact_on_powers_of_two_and_close_elsewhere():
 # ---- the Python selection rule --------------------------------------------------------------------
 
 def _cfg(a="bf16", la="row", lb="col", lc="row", arch="sm90a", tile=(128, 128, 64), align=8, act="identity",
-         bias="none", acc="f32", batched=False):
+         bias="none", acc="f32", batched=False, split_k="none"):
     return {"arch": arch, "a": a, "b": a, "c": a, "d": a, "layout_a": la, "layout_b": lb, "layout_c": lc,
             "accumulator": acc, "tile": list(tile), "cluster": [1, 1, 1] if arch == "sm90a" else None,
             "alignment_a": align, "alignment_b": align, "alignment_c": align,
-            "epilogue": {"activation": act, "bias": bias}, "split_k": "none", "batched": batched}
+            "epilogue": {"activation": act, "bias": bias}, "split_k": split_k, "batched": batched}
 
 
 def _records(cfgs: dict[str, dict]) -> list[KernelRecord]:
@@ -175,6 +178,43 @@ def test_bias_flips_under_transpose():
     assert transpose(Query(op=per_row, m=10, n=20, k=30)).op.bias == 2
 
 
+def test_effective_split_k_tuned_clamped_explicit_forced():
+    ks = _records({"split": _cfg(tile=(128, 128, 64), split_k="serial"), "plain": _cfg(tile=(256, 128, 64))})
+    idx = {k.name: k.index for k in ks}
+    ts = tuning_records([(idx["split"], 128, 128, 8192, 1, 90, 8), (idx["plain"], 4096, 4096, 4096, 1, 90, 1)])
+    split = ks[idx["split"]]
+
+    def first(m, n, k, split_k=1):
+        q = Query(op=split.op, m=m, n=n, k=k, split_k=split_k, cc=90)
+        c = candidate_order(ks, ts, q)[0]
+        return ks[c.kernel].name, effective_split_k(ks, ts, c, q)
+
+    # near its tuned shape the split-K kernel runs with its tuned count
+    assert first(128, 128, 8192) == ("split", 8)
+    assert first(100, 200, 6000) == ("split", 8)
+    # clamped so every slice keeps a whole k-block of tile k 64: k=300 has 4 blocks, k=100 one, k=10 none
+    assert first(128, 128, 300) == ("split", 4)
+    assert first(128, 128, 512) == ("split", 8)
+    assert first(128, 128, 100) == ("split", 1)
+    assert first(128, 128, 10) == ("split", 1)
+    # the caller's split_k_slices > 1 wins (and only split-K kernels are candidates then)
+    assert first(128, 128, 8192, split_k=3) == ("split", 3)
+    assert first(128, 128, 64, split_k=16) == ("split", 16)
+    # near the other shape the plain kernel (tuned 1) comes first; the split-K kernel behind it keeps its count
+    q = Query(op=split.op, m=4096, n=4096, k=4096, cc=90)
+    order = candidate_order(ks, ts, q)
+    assert [(ks[c.kernel].name, effective_split_k(ks, ts, c, q)) for c in order] == [("plain", 1), ("split", 8)]
+    # fallback order (no record) and forced (-2): the caller's count
+    assert effective_split_k(ks, [], Candidate(idx["split"], -1), q) == 1
+    assert effective_split_k(ks, ts, Candidate(idx["split"], -2), q) == 1
+    assert effective_split_k(ks, ts, Candidate(idx["split"], -2), Query(op=split.op, m=1, n=1, k=8192, split_k=2)) == 2
+    # a record with split_k > 1 on a kernel that is not split-K (export refuses it) never splits
+    ts2 = tuning_records([(idx["plain"], 128, 128, 8192, 1, 90, 8)])
+    assert effective_split_k(ks, ts2, Candidate(idx["plain"], 0), q) == 1
+    # transposition keeps k, so the count does not change
+    assert [effective_split_k(ks, ts, c, q) for c in dispatch_order(ks, ts, q) if c.transposed] == []
+
+
 # ---- export ---------------------------------------------------------------------------------------
 
 def test_export_tree_manifest_and_dispatch_data(manifest_dir, tuning_file, tmp_path):
@@ -249,6 +289,68 @@ def test_export_errors(manifest_dir, tmp_path):
         export_library([manifest_dir], "mykernels", tmp_path / "z", tuning=[bad])
 
 
+def test_tuning_split_k_parsing(tmp_path):
+    t = tmp_path / "t.json"
+
+    def table(*splits):
+        entries = []
+        for s_ in splits:
+            e = {"problem": {"m": 64, "n": 64, "k": 4096}, "kernel": SM80}
+            if s_ is not ...:
+                e["split_k"] = s_
+            entries.append(e)
+        t.write_text(json.dumps({"schema_version": 1, "entries": entries}))
+        return t
+
+    assert [e.split_k for e in load_tuning(table(..., 1, 4, None, 16))] == [1, 1, 4, 1, 16]
+    for bad in (0, -2, 2.0, "4", True, [2], 2 ** 31):
+        with pytest.raises(TuningError) as ei:
+            load_tuning(table(1, bad))
+        msg = str(ei.value)
+        assert str(t) in msg and "entries[1]" in msg and "split_k must be a positive integer" in msg, msg
+        assert repr(bad) in msg
+
+
+def test_tuning_split_k_needs_a_split_k_kernel(manifest_dir, tmp_path):
+    # neither exported kernel is a split-K instance: a tuned count > 1 on one is an error, 1 is fine
+    t = _tuning([(SM80, 256, 256, 8192, 1), (SM90A, 64, 64, 8192, 4)], tmp_path / "t.json")
+    with pytest.raises(TuningError) as ei:
+        export_library([manifest_dir], "mykernels", tmp_path / "o", tuning=[t])
+    msg = str(ei.value)
+    assert "entries[1]" in msg and str(t) in msg and SM90A in msg and "not a split-K instance" in msg, msg
+    # the same entry for a kernel left out of the library is only dropped (as any entry for a missing kernel)
+    r = export_library([manifest_dir], "mykernels", tmp_path / "o", tuning=[t], archs=["sm80"])
+    assert [t_.split_k for t_ in r.tuning] == [1] and r.dropped_tuning[0]["kernel"] == SM90A
+    # the CLI: a clear message, exit 2, no traceback
+    res = CliRunner().invoke(cli, ["library", str(manifest_dir), "--tuning", str(t), "--name", "mykernels",
+                                   "-o", str(tmp_path / "cli")])
+    assert res.exit_code == 2 and "not a split-K instance" in res.output and "Traceback" not in res.output
+
+
+def test_tuned_split_k_reaches_table_and_manifest(tmp_path):
+    rnd = random.Random(3)
+    entries = _synthetic_manifest(tmp_path / "gen", rnd, 6)
+    for e in entries:
+        e["config"]["split_k"], e["config"]["batched"] = "serial", False
+    (tmp_path / "gen/manifest.json").write_text(json.dumps({"schema_version": 1, "emitter_version": "0", "generated_at": None,
+                                                          "specs": [], "instances": entries, "rejected": []}))
+    name = entries[0]["name"]
+    t = _tuning([(name, 128, 128, 8192, 6), (name, 4096, 4096, 4096, 1), (name, 128, 128, 8192, 2)], tmp_path / "t.json")
+    r = export_library([tmp_path / "gen"], "splitlib", tmp_path / "o", tuning=[t])
+    # two counts timed at one shape are a conflict: one is kept (equal medians: the smaller count), noted
+    assert sorted((x.m, x.split_k) for x in r.tuning) == [(128, 2), (4096, 1)]
+    assert any("@splitk6" in n for n in r.notes) and r.dropped_tuning[0]["split_k"] == 6
+    m = json.loads((tmp_path / "o/manifest.json").read_text())
+    assert sorted((x["problem"]["m"], x["split_k"]) for x in m["tuning"]) == [(128, 2), (4096, 1)]
+    table = (tmp_path / "o/src/splitlib_table.cpp").read_text()
+    rows = [line for line in table.splitlines() if line.endswith("// " + name)]
+    assert len(rows) == 2 and rows[0].endswith(", 0, 2},  // " + name) and rows[1].endswith(", 0, 1},  // " + name)
+    res = CliRunner().invoke(cli, ["library", str(tmp_path / "gen"), "--tuning", str(t), "--name", "splitlib",
+                                   "-o", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    assert "2 tuned shapes (1 run split-K)" in res.output and f"{name} split-K 6 @ 128x128x8192x1: conflict" in res.output
+
+
 def test_tuning_conflicts_and_op_mismatch(manifest_dir, tmp_path):
     t = tmp_path / "t.json"
     t.write_text(json.dumps({"schema_version": 1, "entries": [
@@ -278,11 +380,13 @@ def _synthetic_manifest(d: Path, rnd: random.Random, count: int) -> list[dict]:
     entries = []
     for i in range(count):
         arch = rnd.choice(["sm80", "sm80", "sm86", "sm90a", "sm90a"])
+        split = rnd.random() < 0.3
         cfg = _cfg(a=rnd.choice(["bf16", "f16"]), la=rnd.choice(["row", "col"]), lb=rnd.choice(["row", "col"]),
                    lc=rnd.choice(["row", "col"]), arch=arch,
                    tile=(rnd.choice([64, 128, 256]), rnd.choice([64, 128, 256]), rnd.choice([32, 64])),
                    align=rnd.choice([2, 4, 8]), act=rnd.choice(["identity", "identity", "relu"]),
-                   bias=rnd.choice(["none", "none", "row", "column"]), batched=rnd.random() < 0.2)
+                   bias=rnd.choice(["none", "none", "row", "column"]), batched=not split and rnd.random() < 0.2,
+                   split_k="serial" if split else "none")
         name = f"gemm_{arch}_k{i:03d}"
         (d / f"{name}.cu").write_text("// not compiled\n")
         entries.append({"name": name, "family": "gemm", "arch": arch, "source": f"{name}.cu", "spec": "x.yaml",
@@ -292,56 +396,253 @@ def _synthetic_manifest(d: Path, rnd: random.Random, count: int) -> list[dict]:
     return entries
 
 
-@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None, reason="needs a host C++ compiler")
-def test_cpp_dispatch_matches_python(tmp_path):
-    rnd = random.Random(7)
-    entries = _synthetic_manifest(tmp_path / "gen", rnd, 60)
-    names = [e["name"] for e in entries]
-    tuning = [(rnd.choice(names), rnd.choice([1, 16, 128, 1000, 4096]), rnd.choice([64, 1024, 4096, 12288]),
-               rnd.choice([64, 512, 4096]), rnd.choice([1, 1, 8])) for _ in range(120)]
+def _synthetic_library(tmp_path: Path, rnd: random.Random, name: str, kernels: int = 60, records: int = 120):
+    """A random kernel table (30% split-K) with three tuning tables (H100, A100, unknown GPU) whose split-K
+    winners were timed with random slice counts."""
+    entries = _synthetic_manifest(tmp_path / "gen", rnd, kernels)
+    split_ok = {e["name"]: e["config"]["split_k"] != "none" for e in entries}
+    names = sorted(split_ok)
+    tuning = []
+    for _ in range(records):
+        kname = rnd.choice(names)
+        tuning.append((kname, rnd.choice([1, 16, 128, 1000, 4096]), rnd.choice([64, 1024, 4096, 12288]),
+                       rnd.choice([64, 512, 4096]), rnd.choice([1, 1, 8]),
+                       rnd.choice([1, 2, 3, 4, 8, 16]) if split_ok[kname] else 1))
     tables = []
     for i, gpu in enumerate([{"cc": "9.0"}, {"cc": "8.0"}, None]):   # an H100 table, an A100 table, one of unknown GPU
         t = tmp_path / f"tuning{i}.json"
         t.write_text(json.dumps({"schema_version": 1, **({"gpu": gpu} if gpu else {}), "entries": [
-            {"problem": {"m": m, "n": n, "k": k, "batch": b}, "kernel": name, "median_ms": rnd.random()}
-            for name, m, n, k, b in tuning[i::3]]}))
+            {"problem": {"m": m, "n": n, "k": k, "batch": b}, "kernel": kname, "split_k": sk, "median_ms": rnd.random()}
+            for kname, m, n, k, b, sk in tuning[i::3]]}))
         tables.append(t)
     out = tmp_path / "lib"
-    r = export_library([tmp_path / "gen"], "probelib", out, tuning=tables)
+    r = export_library([tmp_path / "gen"], name, out, tuning=tables)
     assert {t.gpu_cc for t in r.tuning} == {0, 80, 90}
-    cxx = shutil.which("g++") or shutil.which("c++")
-    exe = tmp_path / "probe"
-    subprocess.run([cxx, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", f"-I{out / 'src'}",
-                    str(out / "tools/probelib_dispatch_probe.cpp"), str(out / "src/probelib_table.cpp"), "-o", str(exe)],
-                   check=True)
+    assert any(t.split_k > 1 for t in r.tuning)
+    return r, out
+
+
+def _random_queries(r, rnd: random.Random, count: int, ccs=(80, 86, 89, 90, 90, 100)) -> list[Query]:
     queries = []
-    for _ in range(1500):
+    for _ in range(count):
         k = rnd.choice(r.kernels)
         op = k.op if rnd.random() < 0.85 else Op(**{**k.op.__dict__, "lc": 3 - k.op.lc})   # some need the transpose
         if rnd.random() < 0.1:
             op = Op(**{**op.__dict__, "acc": 0})
         queries.append(Query(op=op, m=rnd.choice([1, 7, 64, 100, 777, 4096, 20000]), n=rnd.randrange(1, 20000),
-                             k=rnd.randrange(1, 9000), batch=rnd.choice([1, 1, 1, 3, 8]), split_k=1,
-                             cc=rnd.choice([80, 86, 89, 90, 90, 100])))
-    lines = []
-    for q in queries:
-        o = q.op
-        lines.append(" ".join(map(str, [o.a, o.b, o.c, o.d, o.acc, o.la, o.lb, o.lc, o.act, o.bias, q.m, q.n, q.k, q.batch,
-                                         q.split_k, q.cc])))
-    res = subprocess.run([str(exe)], input="\n".join(lines) + "\n", capture_output=True, text=True, check=True)
+                             k=rnd.choice([rnd.randrange(1, 9000), rnd.randrange(1, 600)]),   # small k: clamped splits
+                             batch=rnd.choice([1, 1, 1, 3, 8]), split_k=rnd.choice([1] * 8 + [2, 5]),
+                             cc=rnd.choice(ccs)))
+    return queries
+
+
+def _query_line(q: Query) -> str:
+    o = q.op
+    return " ".join(map(str, [o.a, o.b, o.c, o.d, o.acc, o.la, o.lb, o.lc, o.act, o.bias, q.m, q.n, q.k, q.batch,
+                              q.split_k, q.cc]))
+
+
+def _cxx() -> str:
+    return shutil.which("g++") or shutil.which("c++") or "c++"
+
+
+def _compile(args: list[str]) -> None:
+    """Host C++ compiles go through `flock $EMITTER_NVCC_LOCK` when that is set (shared machines)."""
+    cmd = [_cxx(), "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", *args]
+    if os.environ.get("EMITTER_NVCC_LOCK") and shutil.which("flock"):
+        cmd = ["flock", os.environ["EMITTER_NVCC_LOCK"], *cmd]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0, f"{' '.join(cmd)}\n{res.stdout[-6000:]}\n{res.stderr[-6000:]}"
+
+
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None, reason="needs a host C++ compiler")
+def test_cpp_dispatch_matches_python(tmp_path):
+    rnd = random.Random(7)
+    r, out = _synthetic_library(tmp_path, rnd, "probelib")
+    exe = tmp_path / "probe"
+    _compile([f"-I{out / 'src'}", str(out / "tools/probelib_dispatch_probe.cpp"), str(out / "src/probelib_table.cpp"),
+              "-o", str(exe)])
+    queries = _random_queries(r, rnd, 1500)
+    res = subprocess.run([str(exe)], input="\n".join(map(_query_line, queries)) + "\n", capture_output=True, text=True,
+                         check=True)
     got = res.stdout.splitlines()
     assert len(got) == len(queries)
-    nonempty = 0
+    nonempty = tuned_split = clamped = explicit = 0
     for q, line in zip(queries, got):
         want = dispatch_order(r.kernels, r.tuning, q)
-        text = " ".join(f"{c.kernel}:{c.tuning}:{int(c.transposed)}" for c in want) or "-"
+        splits = [effective_split_k(r.kernels, r.tuning, c, q) for c in want]
+        text = " ".join(f"{c.kernel}:{c.tuning}:{int(c.transposed)}:{s_}" for c, s_ in zip(want, splits)) or "-"
         assert line == text, (q, line, text)
         nonempty += bool(want)
+        for c, s_ in zip(want, splits):
+            if q.split_k > 1:
+                explicit += 1
+                assert s_ == q.split_k and r.kernels[c.kernel].split_k
+            elif c.tuning >= 0 and r.tuning[c.tuning].split_k > 1:
+                tuned_split += s_ > 1
+                clamped += s_ < r.tuning[c.tuning].split_k
+                assert s_ * r.kernels[c.kernel].tile[2] <= max(q.k, r.kernels[c.kernel].tile[2])
+            else:
+                assert s_ == 1
     assert nonempty > 300   # the queries hit real candidates, tuned and fallback, direct and transposed
+    assert tuned_split > 50 and clamped > 20 and explicit > 20   # ... and tuned, clamped and explicit splits
     # the probe lists the same table (names sorted, ranks)
     listing = subprocess.run([str(exe), "--kernels"], capture_output=True, text=True, check=True).stdout.splitlines()
     assert [l.split()[1] for l in listing] == [k.name for k in r.kernels]
     assert [int(l.split()[2].split("=")[1]) for l in listing] == [k.fallback_rank for k in r.kernels]
+
+
+# A stand-in for the CUDA runtime: just what <lib>_api.cpp calls, on a "device" of compute capability 9.0.
+_FAKE_CUDA = """\
+#pragma once
+#include <cstddef>
+enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidDeviceFunction = 98, cudaErrorNoKernelImageForDevice = 209 };
+enum cudaDeviceAttr { cudaDevAttrComputeCapabilityMajor = 75, cudaDevAttrComputeCapabilityMinor = 76 };
+typedef struct CUstream_st* cudaStream_t;
+inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
+inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
+  *v = a == cudaDevAttrComputeCapabilityMajor ? 9 : 0;
+  return cudaSuccess;
+}
+inline const char* cudaGetErrorString(cudaError_t) { return "fake"; }
+inline cudaError_t cudaMallocAsync(void** p, size_t, cudaStream_t) { *p = reinterpret_cast<void*>(0x800000); return cudaSuccess; }
+inline cudaError_t cudaFreeAsync(void*, cudaStream_t) { return cudaSuccess; }
+"""
+
+# Fake shims: they accept every problem a real shim would (split_k_slices > 1 only on split-K kernels), need a
+# workspace that depends on the kernel and the slice count, and the launcher records what it was launched with.
+_FAKE_KERNELS = """\
+#include "{lib}_dispatch.h"
+#include "{lib}_kernels.h"
+using namespace {lib}_detail;
+int g_run_kernel = -1, g_run_split = 0;
+long long fake_need(int kernel, int split) {{ return split > 1 ? 4096LL * split + kernel : 0; }}
+namespace {{
+template <int I> int query(const emitter_gemm_problem* p, emitter_launch* out) {{
+  if (p->split_k_slices < 1) return EMITTER_INVALID_ARGUMENT;
+  if (p->split_k_slices > 1 && !kKernels[I].split_k) return EMITTER_CANNOT_IMPLEMENT;
+  *out = emitter_launch{{}};
+  out->workspace_bytes = fake_need(I, p->split_k_slices);
+  return EMITTER_OK;
+}}
+template <int I> int run(const emitter_gemm_problem* p, void* workspace, void*, int*) {{
+  if (p->split_k_slices > 1 && !kKernels[I].split_k) return EMITTER_CANNOT_IMPLEMENT;
+  if (fake_need(I, p->split_k_slices) > 0 && workspace == nullptr) return EMITTER_INVALID_ARGUMENT;
+  g_run_kernel = I;
+  g_run_split = p->split_k_slices;
+  return EMITTER_OK;
+}}
+}}  // namespace
+namespace {lib}_detail {{
+const KernelFns kFns[] = {{
+{rows}
+}};
+}}
+"""
+
+# For each problem on stdin (the probe's 16 integers, then a kernel name or "-"): workspace size, selection,
+# a launch with exactly that workspace, a launch with one byte less than the selected kernel needs.
+_API_MAIN = """\
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include "{lib}/{lib}.h"
+extern int g_run_kernel, g_run_split;
+int main() {{
+  std::string line;
+  while (std::getline(std::cin, line)) {{
+    std::istringstream in(line);
+    long long v[16];
+    std::string kernel;
+    for (long long& x : v) in >> x;
+    in >> kernel;
+    {lib}_gemm_problem p;
+    {lib}_gemm_problem_init(&p);
+    p.a_type = int(v[0]); p.b_type = int(v[1]); p.c_type = int(v[2]); p.d_type = int(v[3]); p.accumulator_type = int(v[4]);
+    p.a_layout = int(v[5]); p.b_layout = int(v[6]); p.c_layout = int(v[7]); p.activation = int(v[8]); p.bias_kind = int(v[9]);
+    p.m = int(v[10]); p.n = int(v[11]); p.k = int(v[12]); p.batch_count = int(v[13]); p.split_k_slices = int(v[14]);
+    p.A = reinterpret_cast<void*>(0x100000); p.B = p.A; p.D = reinterpret_cast<void*>(0x200000);
+    if (p.bias_kind) p.bias = p.A;
+    if (kernel != "-") p.kernel = kernel.c_str();
+    size_t ws = 0;
+    const int ws_status = {lib}_gemm_workspace_size(&p, &ws);
+    {lib}_selection sel;
+    sel.struct_size = sizeof(sel);
+    const int sel_status = {lib}_gemm_select(&p, &sel);
+    void* const buffer = reinterpret_cast<void*>(0x400000);
+    g_run_kernel = -1; g_run_split = 0;
+    const int run_status = {lib}_gemm(&p, ws ? buffer : nullptr, ws, nullptr);
+    const int run_kernel = g_run_kernel, run_split = g_run_split;
+    int small_status = -1;
+    if (sel_status == 0 && sel.workspace_bytes > 0) small_status = {lib}_gemm(&p, buffer, size_t(sel.workspace_bytes) - 1, nullptr);
+    std::printf("%d %zu %d %d %d %d %d %lld %d %d %d %d\\n", ws_status, ws, sel_status, sel.kernel, sel.transposed,
+                sel.tuned, sel.split_k_slices, (long long)sel.workspace_bytes, run_status, run_kernel, run_split, small_status);
+  }}
+  return 0;
+}}
+"""
+
+
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None, reason="needs a host C++ compiler")
+def test_cpp_api_queries_and_launches_with_the_effective_split(tmp_path):
+    """The generated C API (api.cpp, host-compiled against a fake CUDA runtime and fake shims): the kernel it
+    selects and launches, the split-K slices it launches with, and the workspace it asks for all follow the
+    Python twin; the workspace size is the largest need at each candidate's own effective split."""
+    rnd = random.Random(11)
+    r, out = _synthetic_library(tmp_path, rnd, "apilib", kernels=40, records=90)
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "cuda_runtime_api.h").write_text(_FAKE_CUDA)
+    rows = "\n".join(f"  {{&query<{k.index}>, &run<{k.index}>}}," for k in r.kernels)
+    (fake / "fake_kernels.cpp").write_text(_FAKE_KERNELS.format(lib="apilib", rows=rows))
+    (fake / "main.cpp").write_text(_API_MAIN.format(lib="apilib"))
+    exe = tmp_path / "api"
+    _compile([f"-I{fake}", f"-I{out / 'include'}", f"-I{out / 'src'}", "-Wno-unused-parameter",
+              str(out / "src/apilib_api.cpp"), str(out / "src/apilib_table.cpp"), str(fake / "fake_kernels.cpp"),
+              str(fake / "main.cpp"), "-o", str(exe)])
+    queries = _random_queries(r, rnd, 800, ccs=(90,))
+    forced: list[Candidate | None] = []
+    lines = []
+    for q in queries:
+        order = dispatch_order(r.kernels, r.tuning, q)
+        f = None
+        if order and rnd.random() < 0.2:
+            pick = rnd.choice(order)
+            f = Candidate(pick.kernel, -2, pick.transposed)
+        forced.append(f)
+        lines.append(_query_line(q) + " " + (r.kernels[f.kernel].name if f else "-"))
+    res = subprocess.run([str(exe)], input="\n".join(lines) + "\n", capture_output=True, text=True, check=True)
+    got = res.stdout.splitlines()
+    assert len(got) == len(queries)
+    need = lambda kernel, split: 4096 * split + kernel if split > 1 else 0
+    seen = {"tuned_split": 0, "forced_tuned": 0, "workspace": 0, "max_other": 0}
+    for q, f, line in zip(queries, forced, got):
+        ws_status, ws, sel_status, kernel, transposed, tuned, split, sel_ws, run_status, run_kernel, run_split, small = \
+            map(int, line.split())
+        order = [f] if f else dispatch_order(r.kernels, r.tuning, q)
+        if not order:
+            assert (ws_status, sel_status, run_status) == (1, 1, 1), (q, line)
+            continue
+        splits = [effective_split_k(r.kernels, r.tuning, c, q) for c in order]
+        first = order[0]
+        # select and launch: the dispatch's first candidate, at its effective split (forced: the caller's)
+        assert (sel_status, kernel, transposed, split) == (0, first.kernel, int(first.transposed), splits[0]), (q, f, line)
+        assert tuned == (2 if f else 1 if first.tuning >= 0 else 0)
+        assert (run_status, run_kernel, run_split) == (0, first.kernel, splits[0]), (q, f, line)
+        assert sel_ws == need(first.kernel, splits[0])
+        # the workspace query: the largest need among the candidates, each at the split it would launch with
+        most = max(need(c.kernel, s_) for c, s_ in zip(order, splits))
+        assert (ws_status, ws) == (0, most + 256 if most else 0), (q, f, line)
+        # one byte less than the launched kernel needs at its split is refused
+        assert small == (3 if sel_ws > 0 else -1), (q, line)
+        if f and f.kernel in {t.kernel for t in r.tuning if t.split_k > 1} and q.split_k == 1:
+            seen["forced_tuned"] += 1
+            assert split == 1
+        seen["tuned_split"] += q.split_k == 1 and splits[0] > 1
+        seen["workspace"] += ws > 0
+        seen["max_other"] += most > sel_ws
+    assert seen["tuned_split"] > 20 and seen["forced_tuned"] > 3 and seen["workspace"] > 50 and seen["max_other"] > 10, seen
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None and shutil.which("cc") is None, reason="needs a C compiler")

@@ -29,7 +29,8 @@ PROBLEM_FIELDS: tuple[tuple[str, str], ...] = (
 SELECTION_FIELDS: tuple[tuple[str, str], ...] = (
     ("struct_size", "c_uint32"), ("kernel", "c_int32"), ("transposed", "c_int32"), ("tuned", "c_int32"),
     ("tuned_m", "c_int32"), ("tuned_n", "c_int32"), ("tuned_k", "c_int32"), ("tuned_batch", "c_int32"),
-    ("tried", "c_int32"), ("reserved", "c_int32"), ("workspace_bytes", "c_int64"),
+    ("tried", "c_int32"), ("split_k_slices", "c_int32"),   # was `reserved` (always 0) before tuned split-K
+    ("workspace_bytes", "c_int64"),
 )
 
 KERNEL_INFO_FIELDS: tuple[tuple[str, str], ...] = (

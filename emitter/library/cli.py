@@ -47,13 +47,16 @@ def library(manifests: tuple[Path, ...], name: str, out: Path | None, tuning: tu
     if r.dropped_tuning:
         click.echo(f"  {len(r.dropped_tuning)} tuning entries not used:")
         for d in r.dropped_tuning[:10]:
-            click.echo(f"    {d['kernel']} @ {'x'.join(map(str, d['problem']))}: {d['reason']}")
+            split = f" split-K {d['split_k']}" if d.get("split_k", 1) > 1 else ""
+            click.echo(f"    {d['kernel']}{split} @ {'x'.join(map(str, d['problem']))}: {d['reason']}")
         if len(r.dropped_tuning) > 10:
             click.echo(f"    ... (all in {out / 'manifest.json'}: left_out.tuning_entries)")
     for n in r.notes:
         click.echo(f"note: {n}", err=True)
     arches = ", ".join(f"{n} {a}" for a, n in sorted(by_arch.items()))
-    click.echo(f"library {name}: {len(r.kernels)} kernels ({arches}), {len(r.tuning)} tuned shapes; "
+    split = sum(1 for t in r.tuning if t.split_k > 1)
+    click.echo(f"library {name}: {len(r.kernels)} kernels ({arches}), {len(r.tuning)} tuned shapes"
+               + (f" ({split} run split-K)" if split else "") + "; "
                f"{len(r.written)} files written, {r.unchanged} unchanged"
                + (f", {len(r.removed)} removed" if r.removed else "") + f" -> {out}")
     click.echo(f"  build: cmake -S {out} -B {out}/build && cmake --build {out}/build -j && "

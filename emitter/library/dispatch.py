@@ -29,6 +29,13 @@ The library then asks each candidate's host shim (can_implement: alignment, stri
 order and launches the first that accepts; if none does it returns NOT_SUPPORTED. When the problem's
 layouts have no direct candidates, it also tries the transposed problem D^T = B^T A^T (see
 `transpose`), after the direct candidates.
+
+Each candidate is asked (and launched) with one split-K slice count, `effective_split_k` (C++:
+`<lib>_detail::effective_split_k`): the caller's split_k_slices when it is > 1 (explicit wins) or when the
+candidate was not ranked by a tuning record (fallback order, or forced by name); otherwise the count the
+candidate's tuning record was timed with, if the kernel is a split-K instance, clamped to k / tile_k
+(every slice keeps at least one whole k-block) and at least 1. The workspace query asks the shims with
+the same counts, so the size it returns covers the launch.
 """
 
 from __future__ import annotations
@@ -135,6 +142,7 @@ class TuningRecord:
     k: int
     batch: int = 1
     gpu_cc: int = 0            # compute capability x 10 of the GPU it was measured on; 0 = unknown
+    split_k: int = 1           # split-K slices the kernel was timed with there (1 = no split)
 
     @property
     def logs(self) -> tuple[int, int, int, int]:
@@ -201,9 +209,11 @@ def kernel_records(entries: Sequence[dict[str, Any]]) -> list[KernelRecord]:
 
 
 def tuning_records(rows: Iterable[tuple[int, ...]]) -> list[TuningRecord]:
-    """(kernel index, m, n, k, batch[, gpu_cc]) -> indexed tuning records sorted by (m, n, k, batch, gpu_cc, kernel)."""
-    full = {tuple(r) + (0,) * (6 - len(r)) for r in rows}
-    out = sorted(full, key=lambda p: (p[1], p[2], p[3], p[4], p[5], p[0]))
+    """(kernel index, m, n, k, batch[, gpu_cc[, split_k]]) -> indexed tuning records sorted by
+    (m, n, k, batch, gpu_cc, kernel, split_k)."""
+    defaults = (0, 1)   # gpu_cc unknown, no split
+    full = {tuple(r) + defaults[len(r) - 5:] for r in rows}
+    out = sorted(full, key=lambda p: (p[1], p[2], p[3], p[4], p[5], p[0], p[6]))
     return [TuningRecord(i, *p) for i, p in enumerate(out)]
 
 
@@ -254,6 +264,21 @@ def candidate_order(kernels: Sequence[KernelRecord], tuning: Sequence[TuningReco
     rest = sorted((k.index for k in kernels if ok[k.index] and k.index not in best),
                   key=lambda i: (kernels[i].fallback_rank, i))
     return [Candidate(i, best[i][2]) for i in tuned] + [Candidate(i, -1) for i in rest]
+
+
+def effective_split_k(kernels: Sequence[KernelRecord], tuning: Sequence[TuningRecord], c: Candidate, q: Query) -> int:
+    """The split-K slice count the library asks candidate `c`'s shim with and launches it with (mirror of
+    effective_split_k in dispatch.h.j2): an explicit q.split_k > 1 as given; the caller's count (normally 1)
+    for a fallback or forced candidate; else its tuning record's count when the kernel is split-K, clamped
+    to k // tile_k (at least one k-block per slice), at least 1. Transposition keeps k, so it does not matter."""
+    requested = max(q.split_k, 1)
+    if requested > 1 or c.tuning < 0:
+        return requested
+    k = kernels[c.kernel]
+    tuned = tuning[c.tuning].split_k
+    if not k.split_k or tuned <= 1:
+        return 1
+    return max(1, min(tuned, q.k // max(k.tile[2], 1)))
 
 
 def transpose(q: Query) -> Query:

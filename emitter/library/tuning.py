@@ -3,9 +3,12 @@
 Format (emitter/profile/selection.py `tuning_table`, schema_version 1):
     {"schema_version": 1, "kind": "emitter.tuning_table", "gpu": {...},
      "entries": [{"op": {...}, "problem": {"m": .., "n": .., "k": .., "batch": 1}, "kernel": "<instance name>",
-                  "median_ms": .., "tflops": .., ...}, ...]}
+                  "split_k": 1, "median_ms": .., "tflops": .., ...}, ...]}
 Only `problem` and `kernel` are required of an entry; `op` (when present) is checked against the kernel;
-`gpu.cc` (when present) tells the dispatch which GPU generation the choices were measured on.
+`split_k` (optional, default 1) is the split-K slice count the winner was timed with -- the library launches
+it with that count (see emitter/library/dispatch.py `effective_split_k`), so it must be 1 unless the kernel
+is a split-K instance (`check_split_k`); `gpu.cc` (when present) tells the dispatch which GPU generation the
+choices were measured on.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ class TuningEntry:
     gpu_cc: int = 0                 # compute capability x 10 of the GPU the table was measured on; 0 = unknown
     op: dict[str, Any] | None = None
     median_ms: float | None = None
+    split_k: int = 1                # split-K slices the kernel was timed with (1 = no split)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -44,9 +48,29 @@ class TuningEntry:
 
 
 def _positive_int(value: Any, where: str, key: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2 ** 31:
         raise TuningError(f"{where}: problem.{key} must be a positive integer, got {value!r}")
     return value
+
+
+def _split_k(e: dict[str, Any], where: str) -> int:
+    value = e.get("split_k")
+    if value is None:
+        return 1
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2 ** 31:
+        raise TuningError(f"{where}: split_k must be a positive integer (the split-K slice count the kernel was "
+                          f"timed with; 1 = no split), got {value!r}")
+    return value
+
+
+def check_split_k(entry: TuningEntry, kernel_split_k: bool) -> None:
+    """An entry with split_k > 1 must name a split-K instance (config split_k: serial): the library would
+    otherwise launch a kernel with slices it cannot run."""
+    if entry.split_k > 1 and not kernel_split_k:
+        raise TuningError(f"{entry.source}: entries[{entry.position}]: split_k is {entry.split_k}, but kernel "
+                          f"{entry.kernel} is not a split-K instance (its config has split_k: none), so it cannot "
+                          f"run with {entry.split_k} slices; is the tuning table from another manifest, or edited? "
+                          f"(set split_k to 1 or drop the entry)")
 
 
 def _cc(gpu: Any) -> int:
@@ -93,10 +117,11 @@ def load(path: str | Path) -> list[TuningEntry]:
                 raise TuningError(f"{where}: problem lacks {key!r}")
         m, n, k = (_positive_int(prob[key], where, key) for key in ("m", "n", "k"))
         batch = _positive_int(prob.get("batch", 1), where, "batch")
+        split_k = _split_k(e, where)
         med = e.get("median_ms")
         out.append(TuningEntry(source=str(p), position=i, kernel=e["kernel"], m=m, n=n, k=k, batch=batch, gpu_cc=gpu_cc,
                                op=e.get("op") if isinstance(e.get("op"), dict) else None,
-                               median_ms=float(med) if isinstance(med, (int, float)) else None,
+                               median_ms=float(med) if isinstance(med, (int, float)) else None, split_k=split_k,
                                extra={key: e[key] for key in ("tflops", "ratio_to_baseline", "baseline") if key in e}))
     return out
 
