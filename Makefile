@@ -6,7 +6,7 @@ OUT     ?= generated/demo
 SPECS   ?= configs/gemm/*.yaml
 JOBS    ?=
 
-.PHONY: install demo emit build verify profile test test-fast test-gpu bench bench-gpu golden clean
+.PHONY: install demo emit build verify profile test test-fast test-gpu bench bench-gpu perf-doc golden clean
 
 install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -43,8 +43,11 @@ bench: install           # emit speed (10,000 instances) and build overhead agai
 	$(BIN)/python benchmarks/emit_speed.py
 	$(BIN)/python benchmarks/build_overhead.py
 
-bench-gpu:               # on the GPU machine: build, verify and profile the sm90a configs vs cuBLAS
-	python3 benchmarks/profile_sm90a.py --specs 'configs/gemm/sm90a_*.yaml' --specs 'configs/tuning/*.yaml' --shapes all
+bench-gpu:               # on the GPU machine: build, verify and profile the sm90a configs vs cuBLAS (issue 6)
+	python3 benchmarks/profile_sm90a.py --out results/sm90a --shapes all --doc docs/performance.md
+
+perf-doc: install        # no GPU: docs/performance.md from a bench-gpu run's outputs (RUN=results/sm90a)
+	$(BIN)/python benchmarks/profile_sm90a.py --report-only $(or $(RUN),results/sm90a) --doc docs/performance.md
 
 clean:
 	rm -rf generated/demo results build dist .pytest_cache

@@ -592,7 +592,7 @@ def test_gpu_engine_kernel_flow_without_a_gpu(monkeypatch):
         info = {"grid": [1, 1, 1]}
         resets = [(1, 256), None]
 
-        def __init__(self, kernel, data, stream):
+        def __init__(self, kernel, data, stream, split_k=1):
             calls.append("prepare")
 
         def __call__(self, i):
@@ -607,7 +607,7 @@ def test_gpu_engine_kernel_flow_without_a_gpu(monkeypatch):
                      "unwritten": 0, "nonfinite": 0, "mismatches": 9, "reference": "x"}])
     monkeypatch.setattr(wl, "KernelLaunch", Launch)
     monkeypatch.setattr(chk, "poison_d", lambda data, i=0: calls.append("poison"))
-    monkeypatch.setattr(chk, "check", lambda data, cfg, use_torch: (calls.append("check"), next(results))[1])
+    monkeypatch.setattr(chk, "check", lambda data, cfg, use_torch, split_k=1: (calls.append("check"), next(results))[1])
 
     class Timer:
         def measure(self, launch, sets):
@@ -627,3 +627,61 @@ def test_gpu_engine_kernel_flow_without_a_gpu(monkeypatch):
     assert calls == ["prepare", "poison", "launch0", "check", "time", "poison", "launch0", "check", "free"]
     assert m.status == CHECK_FAILED and "after the timed launches" in m.reason
     assert m.check["after_timing"]["mismatches"] == 9 and m.extra["workspace_reset_bytes"] == 256
+
+
+# ------------------------------------------------------------------------------------------ split-K sweep
+def test_split_k_candidates_fill_the_gpu_and_stop_at_two_waves():
+    from emitter.profile.selection import split_k_candidates
+
+    # decode: 32 output tiles of 128x128 on 132 SMs -> split up to 8 (256 units <= 2 waves)
+    assert split_k_candidates((128, 128, 64), 16, 4096, 4096, 1, 132) == [1, 2, 3, 4, 6, 8]
+    # a full wave of output tiles: no split
+    assert split_k_candidates((128, 256, 64), 8192, 8192, 8192, 1, 132) == [1]
+    # short K: each slice keeps at least 4 k-blocks of 64 -> K=1024 allows 4 slices
+    assert split_k_candidates((128, 128, 64), 16, 4096, 1024, 1, 132) == [1, 2, 3, 4]
+    # batch counts as tiles
+    assert split_k_candidates((128, 128, 64), 128, 4096, 4096, 8, 132) == [1]
+
+
+def test_split_k_variants_are_ranked_by_label_and_tuned_with_their_slices():
+    from emitter.profile.selection import tuning_table
+
+    q = Problem(16, 4096, 4096)
+    a1 = meas("k", 0.030, problem=q, seed=1)
+    a4 = meas("k", 0.012, problem=q, seed=2)
+    a4.split_k = 4
+    b = meas("other", 0.020, problem=q, seed=3)
+    assert a4.label == "k@splitk4" and a1.label == "k"
+    ch = choose([a1, a4, b])
+    assert ch.winner is a4 and ch.ties == ("k@splitk4",)
+    table = tuning_table({(OP.key, (16, 4096, 4096, 1)): ch}, {}, {}, 0.01)
+    e = table["entries"][0]
+    assert e["kernel"] == "k" and e["split_k"] == 4 and e["fastest"] == "k@splitk4"
+    back = Measurement.from_json(a4.to_json())
+    assert back.split_k == 4 and back.label == "k@splitk4"
+
+
+def test_replay_from_worker_logs_of_a_run_cut_short(manifest_dir, tmp_path):
+    """A run killed before it wrote profile.json (machine lost, timeout) is reported from its workers' logs:
+    what they finished is there, a line cut mid-write is skipped, and `emitter profile --replay work/`
+    writes the usual outputs."""
+    from emitter.cli import main as main_cli
+    from emitter.profile.runner import outcome_from_logs
+
+    cfg = _fake_config(manifest_dir)
+    pl = plan(cfg)
+    outcome = run(cfg, pl, tmp_path, [0], backend="fake", isolate=False)
+    work = tmp_path / "work"
+    log = next(work.glob("shard*.jsonl"))
+    lines = log.read_text().splitlines()
+    results = [i for i, line in enumerate(lines) if '"type": "result"' in line]
+    cut = results[len(results) // 2]
+    log.write_text("\n".join(lines[:cut]) + "\n" + lines[cut][: len(lines[cut]) // 2])   # killed mid-line
+    back, cfg2 = outcome_from_logs(work)
+    assert 0 < len(back.measurements) == sum(1 for i in results if i < cut) < len(outcome.measurements)
+    assert cfg2.problems == cfg.problems and back.envs
+    res = CliRunner().invoke(main_cli, ["profile", "--replay", str(work), "-o", str(tmp_path / "again"), "--no-plots"])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "again" / "profile.json").is_file() and "replaying" in res.output
+    with pytest.raises(Exception, match="no shard"):
+        outcome_from_logs(tmp_path)

@@ -81,7 +81,7 @@ def _signed_bits(dt: DType) -> int:
     return v - (1 << width) if v >= 1 << (width - 1) else v
 
 
-def check_torch(data: ProblemData, cfg: Any) -> dict[str, Any]:
+def check_torch(data: ProblemData, cfg: Any, split_k: int = 1) -> dict[str, Any]:
     """Full-output check on the GPU: verify's tolerance and element-wise bound, on torch views of set 0."""
     import torch
 
@@ -127,7 +127,7 @@ def check_torch(data: ProblemData, cfg: Any) -> dict[str, Any]:
     norm = torch.linalg.vector_norm(ref.reshape(-1), dtype=torch.float64).item()
     rel = err / norm if norm > 0 else (0.0 if err == 0 else math.inf)
     rms = norm / math.sqrt(max(ref.numel(), 1))
-    split_k = max(1, int(getattr(data.problem, "split_k", 1) or 1))
+    split_k = max(1, int(split_k))
     mismatches = int((diff > element_bound(cfg, ref.abs(), rms, split_k, data.problem.k)).sum().item())
     del diff, got
     if rel > tol or mismatches:
@@ -152,7 +152,7 @@ def _gather(storage: np.ndarray, lay: MatrixLayout, rows: np.ndarray, cols: np.n
     return storage[b + (r * lay.ld + c if lay.row_major else r + c * lay.ld)]
 
 
-def check_host(data: ProblemData, cfg: Any) -> dict[str, Any]:
+def check_host(data: ProblemData, cfg: Any, split_k: int = 1) -> dict[str, Any]:
     """float64 reference on sampled rows x columns (every batch), compared by emitter.verify's compare();
     the poison count covers the whole output."""
     from emitter.verify.reference import compare, reference_gemm
@@ -185,11 +185,13 @@ def check_host(data: ProblemData, cfg: Any) -> dict[str, Any]:
             return _result(False, f"{unwritten} of {dstore.size} elements never written (still poison)", None, tol,
                            unwritten, 0, 0, how)
     cmp = compare(cfg, _gather(dstore, lay.D, rows, cols), ref, exact=False,
-                  split_k=max(1, int(getattr(data.problem, "split_k", 1) or 1)), k=data.problem.k)
+                  split_k=max(1, int(split_k)), k=data.problem.k)
     return _result(cmp.status == "PASSED", cmp.reason or None, cmp.rel_err, tol, cmp.unwritten, cmp.nonfinite,
                    cmp.mismatches, how)
 
 
-def check(data: ProblemData, cfg: Any, use_torch: bool) -> dict[str, Any]:
-    return check_torch(data, cfg) if use_torch else check_host(data, cfg)
+def check(data: ProblemData, cfg: Any, use_torch: bool, split_k: int = 1) -> dict[str, Any]:
+    """Compare D of operand set 0 with the reference; split_k: the slices the kernel ran with (serial split-K
+    rounds each partial to D's type, which the element-wise bound allows for)."""
+    return check_torch(data, cfg, split_k) if use_torch else check_host(data, cfg, split_k)
 

@@ -44,8 +44,9 @@ def _problems(values: tuple[str, ...]):
 @click.option("--quick", is_flag=True, help="fewer launches (warm-up 3, 20 iterations, 2 repeats): a smoke run")
 @click.option("--all-kernels", is_flag=True, help="print every kernel, not only the best per problem")
 @click.option("--no-plots", is_flag=True, help="do not write PNG plots")
-@click.option("--replay", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
-              help="re-select and re-report recorded results (a profile.json) without running anything")
+@click.option("--replay", type=click.Path(exists=True, path_type=Path), default=None,
+              help="re-select and re-report recorded results without running anything: a profile.json, or the "
+                   "work/ directory of a run cut short (its workers' logs)")
 @click.option("--stall-timeout", type=click.FloatRange(1), default=300.0, show_default=True,
               help="seconds without progress before a worker (a hung kernel) is killed and the kernel marked fault")
 @click.option("--tie-tolerance", type=click.FloatRange(0, 0.5), default=None,
@@ -64,6 +65,7 @@ def profile_cmd(config: Path | None, out: Path | None, select: tuple[str, ...], 
     emitter profile configs/profile/llm_shapes.yaml -o results/
     emitter profile configs/profile/square.yaml --select 'a=bf16' --problem 8192x8192x8192
     emitter profile --replay results/profile.json --all-kernels
+    emitter profile --replay results/work -o results     # a run that was killed before it wrote profile.json
     """
     from emitter.profile import report as rep
     from emitter.profile.config import Timing, load_config
@@ -71,8 +73,17 @@ def profile_cmd(config: Path | None, out: Path | None, select: tuple[str, ...], 
 
     console = rep.make_console()
     if replay is not None:
-        data = json.loads(replay.read_text(encoding="utf-8"))
-        measurements, envs, cfg = rep.from_json(data)
+        if replay.is_dir():
+            from emitter.profile.runner import outcome_from_logs
+
+            outcome, cfg = outcome_from_logs(replay)
+            if not outcome.measurements:
+                raise ProfileError(f"{replay}: the workers recorded no measurement")
+            measurements, envs = outcome.measurements, outcome.envs
+            console.print(f"replaying {len(measurements)} measurements from the worker logs in {replay}")
+        else:
+            data = json.loads(replay.read_text(encoding="utf-8"))
+            measurements, envs, cfg = rep.from_json(data)
         if tie_tolerance is not None:
             cfg = cfg.replace(tie_tolerance=tie_tolerance)
         report = rep.build(measurements, envs, cfg)

@@ -109,6 +109,12 @@ class Measurement:
     stats: TimingStats | None = None
     check: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)   # rotation sets, working set, iterations...
+    split_k: int = 1                # split-K slices the kernel ran with (split_k: serial instances sweep it)
+
+    @property
+    def label(self) -> str:
+        """What ran: the instance, plus its split-K slice count when it is above 1 (`<name>@splitk4`)."""
+        return self.name if self.split_k == 1 else f"{self.name}@splitk{self.split_k}"
 
     @property
     def ok(self) -> bool:
@@ -118,7 +124,7 @@ class Measurement:
         return {"kind": self.kind, "name": self.name, "provider": self.provider, "op": self.op.to_json(),
                 "problem": self.problem.as_dict(), "status": self.status, "reason": self.reason, "gpu": self.gpu,
                 "manifest": self.manifest, "stats": self.stats.to_json() if self.stats else None,
-                "check": self.check, "extra": self.extra}
+                "check": self.check, "extra": self.extra, "split_k": self.split_k}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Measurement":
@@ -126,4 +132,4 @@ class Measurement:
                    problem=Problem.from_dict(d["problem"]), status=d.get("status", OK), reason=d.get("reason"),
                    gpu=d.get("gpu", 0), manifest=d.get("manifest"),
                    stats=TimingStats.from_json(d["stats"]) if d.get("stats") else None,
-                   check=d.get("check"), extra=d.get("extra") or {})
+                   check=d.get("check"), extra=d.get("extra") or {}, split_k=int(d.get("split_k", 1) or 1))

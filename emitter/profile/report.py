@@ -26,7 +26,7 @@ from emitter.profile.selection import RULE, Choice, choose_all, group_key, measu
 SCHEMA_VERSION = 1
 
 CSV_COLUMNS = [
-    "gpu", "op", "layout", "a", "b", "c", "d", "m", "n", "k", "batch", "kind", "name", "provider", "status",
+    "gpu", "op", "layout", "a", "b", "c", "d", "m", "n", "k", "batch", "kind", "name", "split_k", "provider", "status",
     "median_ms", "iqr_ms", "q25_ms", "q75_ms", "min_ms", "run_spread_ms", "repeats", "iterations", "tflops", "gbs",
     "pct_peak_compute", "pct_peak_bw", "baseline", "baseline_ms", "ratio_to_baseline", "check_rel_err", "best",
     "tied", "rotation_sets", "working_set_mb", "reason",
@@ -86,7 +86,7 @@ def build(measurements: list[Measurement], envs: dict[int, dict[str, Any]], conf
 # ------------------------------------------------------------------------------------------ CSV / JSON
 def _sort_key(m: Measurement) -> tuple:
     p = m.problem
-    return (m.op.key, p.flops, p.m, p.n, p.k, p.batch, 0 if m.kind == "baseline" else 1, m.name)
+    return (m.op.key, p.flops, p.m, p.n, p.k, p.batch, 0 if m.kind == "baseline" else 1, m.name, m.split_k)
 
 
 def rows(report: Report) -> list[dict[str, Any]]:
@@ -98,7 +98,7 @@ def rows(report: Report) -> list[dict[str, Any]]:
         out.append({
             "gpu": m.gpu, "op": m.op.key, "layout": m.op.layout, "a": m.op.a, "b": m.op.b, "c": m.op.c, "d": m.op.d,
             "m": m.problem.m, "n": m.problem.n, "k": m.problem.k, "batch": m.problem.batch,
-            "kind": m.kind, "name": m.name, "provider": m.provider, "status": m.status,
+            "kind": m.kind, "name": m.name, "split_k": m.split_k, "provider": m.provider, "status": m.status,
             "median_ms": _r(s.median_ms, 6) if s else None, "iqr_ms": _r(s.iqr_ms, 6) if s else None,
             "q25_ms": _r(s.q25_ms, 6) if s else None, "q75_ms": _r(s.q75_ms, 6) if s else None,
             "min_ms": _r(s.min_ms, 6) if s else None, "run_spread_ms": _r(s.run_spread_ms, 6) if s else None,
@@ -108,8 +108,8 @@ def rows(report: Report) -> list[dict[str, Any]]:
             "baseline": f.get("baseline_provider"), "baseline_ms": _r(f.get("baseline_ms"), 6),
             "ratio_to_baseline": _r(f.get("ratio"), 4),
             "check_rel_err": (m.check or {}).get("rel_err"),
-            "best": bool(ch and m.kind == "kernel" and ch.winner.name == m.name),
-            "tied": bool(ch and m.kind == "kernel" and m.name in ch.ties and len(ch.ties) > 1),
+            "best": bool(ch and m.kind == "kernel" and ch.winner.label == m.label),
+            "tied": bool(ch and m.kind == "kernel" and m.label in ch.ties and len(ch.ties) > 1),
             "rotation_sets": m.extra.get("rotation_sets"),
             "working_set_mb": _r(m.extra["working_set_bytes"] / 2 ** 20, 1) if m.extra.get("working_set_bytes") else None,
             "reason": m.reason,
@@ -249,13 +249,14 @@ def print_table(report: Report, console: Any = None, all_kernels: bool = False) 
             table.add_row(_pkey(key), key[0], f"[red]none ran correctly ({why})[/red]", "-", "-", "-", "-", "-",
                           _fmt(bf.get("tflops"), ".1f"), "-", "-")
             continue
-        for m in sorted(show, key=lambda m: (m.stats.median_ms if m.ok else math.inf, m.name)):
+        for m in sorted(show, key=lambda m: (m.stats.median_ms if m.ok else math.inf, m.label)):
             f = report.figures.get(measurement_key(m), {})
             ratio = f.get("ratio")
             color = "green" if ratio and ratio >= 1.0 else ("yellow" if ratio and ratio >= 0.97 else "red")
             ratio_txt = f"[{color}]{ratio:.2f}x[/{color}]" if ratio else "-"
-            win = ch is not None and ch.winner.name == m.name
-            name = ("* " if win and all_kernels else "") + compact_name(m.name)
+            win = ch is not None and ch.winner.label == m.label
+            name = ("* " if win and all_kernels else "") + compact_name(m.name) + \
+                (f" split-K {m.split_k}" if m.split_k > 1 else "")
             if not m.ok:
                 table.add_row(_pkey(key), key[0], name, f"[red]{m.status}[/red]", "-", "-", "-", "-",
                               _fmt(bf.get("tflops"), ".1f"), "-", "-")
@@ -307,7 +308,7 @@ def write_plots(report: Report, plot_dir: Path) -> list[str] | str:
         for m in ms:
             f = report.figures.get(measurement_key(m), {})
             if f.get("tflops") is not None:
-                series[(m.kind, m.name)].append((xi[m.problem], f["tflops"]))
+                series[(m.kind, m.label)].append((xi[m.problem], f["tflops"]))
         for (kind, name), pts in sorted(series.items(), key=lambda kv: (kv[0][0] != "baseline", kv[0][1])):
             pts.sort()
             xs, ys = [p[0] for p in pts], [p[1] for p in pts]
@@ -338,7 +339,7 @@ def write_plots(report: Report, plot_dir: Path) -> list[str] | str:
             if m.kind != "kernel" or not f.get("ratio"):
                 continue
             ch = report.choices.get(group_key(m))
-            if ch and ch.winner.name == m.name:
+            if ch and ch.winner.label == m.label:
                 best_x.append(xi[m.problem])
                 best_y.append(f["ratio"])
             else:

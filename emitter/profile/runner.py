@@ -170,6 +170,7 @@ def run(config: ProfileConfig, the_plan: Plan, out_dir: Path, gpus: list[int], b
         from emitter.profile.worker import run_job
 
         for s in shards:
+            (work / f"shard{s.index}.job.json").write_text(json.dumps(s.job(base), indent=1), encoding="utf-8")
             run_job(s.job(base))
             s.done = True
     else:
@@ -257,7 +258,7 @@ def run(config: ProfileConfig, the_plan: Plan, out_dir: Path, gpus: list[int], b
                 envs[s.gpu] = r["env"]
             elif r.get("type") == "result":
                 m = Measurement.from_json(r["measurement"])
-                key = (m.kind, m.name, m.op.key, m.problem.key)
+                key = (m.kind, m.label, m.op.key, m.problem.key)
                 if key in seen:
                     continue
                 seen.add(key)
@@ -266,6 +267,34 @@ def run(config: ProfileConfig, the_plan: Plan, out_dir: Path, gpus: list[int], b
                 if f"gpu{s.gpu}: {r['reason']}" not in fatal:
                     fatal.append(f"gpu{s.gpu}: {r['reason']}")
     return RunOutcome(measurements, envs, restarts, fatal)
+
+
+def outcome_from_logs(work: Path) -> tuple[RunOutcome, "ProfileConfig"]:
+    """What a run's workers recorded, read back from its work directory (shard<i>.job.json + shard<i>.jsonl):
+    the report of a run that was cut short (killed, machine lost) before it wrote profile.json. Every
+    measurement a worker finished is in its log; one that was in flight is not."""
+    jobs = sorted(work.glob("shard*.job.json"))
+    if not jobs:
+        raise ProfileError(f"{work}: no shard*.job.json here (a profile run's work/ directory has them)")
+    config = None
+    measurements: list[Measurement] = []
+    envs: dict[int, dict[str, Any]] = {}
+    seen: set[tuple] = set()
+    for job_path in jobs:
+        job = json.loads(job_path.read_text(encoding="utf-8"))
+        config = config or ProfileConfig.from_json(job["config"])
+        gpu = int(job.get("gpu", 0))
+        for r in _read_log(job_path.with_name(job_path.name.replace(".job.json", ".jsonl"))):
+            if r.get("type") == "env":
+                envs[gpu] = r["env"]
+            elif r.get("type") == "result":
+                m = Measurement.from_json(r["measurement"])
+                key = (m.kind, m.label, m.op.key, m.problem.key)
+                if key not in seen:
+                    seen.add(key)
+                    measurements.append(m)
+    assert config is not None
+    return RunOutcome(measurements, envs), config
 
 
 def _append(path: Path, obj: dict[str, Any]) -> None:

@@ -26,6 +26,25 @@ RULE = ("median of all launches; ties: within max(tie_tolerance x best median, m
         "run-to-run spread of either) of the fastest median; tie-break: name order")
 
 
+# split-K slice counts the profiler tries on a split_k: serial instance (cutlass_profiler's --split_k_slices)
+SPLIT_K_CHOICES = (2, 3, 4, 6, 8, 12, 16)
+MIN_K_BLOCKS_PER_SLICE = 4      # a slice shorter than this many tile-k blocks cannot fill the mainloop pipeline
+
+
+def split_k_candidates(tile: tuple[int, int, int], m: int, n: int, k: int, batch: int, sm_count: int) -> list[int]:
+    """The slice counts worth timing for one problem: 1, then more while the split work units still fit in
+    two waves of the GPU (beyond that, splitting only adds the reduction) and every slice keeps at least
+    MIN_K_BLOCKS_PER_SLICE k-blocks. Large problems (a full wave of output tiles) get [1]."""
+    tm, tn, tk = tile
+    tiles = -(-m // tm) * -(-n // tn) * max(batch, 1)
+    out = [1]
+    for s in SPLIT_K_CHOICES:
+        if tiles * s > 2 * max(sm_count, 1) or k < s * MIN_K_BLOCKS_PER_SLICE * tk:
+            break
+        out.append(s)
+    return out
+
+
 def noise_ms(best: TimingStats, other: TimingStats, tie_tolerance: float) -> float:
     return max(tie_tolerance * best.median_ms, (best.iqr_ms + other.iqr_ms) / 2,
                best.run_spread_ms, other.run_spread_ms)
@@ -35,7 +54,7 @@ def noise_ms(best: TimingStats, other: TimingStats, tie_tolerance: float) -> flo
 class Choice:
     winner: Measurement
     fastest: Measurement                      # smallest median (may differ from the winner within noise)
-    ties: tuple[str, ...]                     # names within noise of the fastest, winner included, sorted
+    ties: tuple[str, ...]                     # labels within noise of the fastest, winner included, sorted
     candidates: int                           # kernels that ran correctly on this problem
     margin_ms: float | None                   # next non-tied kernel's median minus the fastest's (None: no other)
 
@@ -46,16 +65,16 @@ def choose(candidates: Iterable[Measurement], tie_tolerance: float = 0.01) -> Ch
     if not ok:
         return None
     # fastest by median; name order breaks exact equality so the choice never depends on input order
-    ok.sort(key=lambda c: (c.stats.median_ms, c.name))  # type: ignore[union-attr]
+    ok.sort(key=lambda c: (c.stats.median_ms, c.label))  # type: ignore[union-attr]
     fastest = ok[0]
     fs = fastest.stats
     assert fs is not None
     tied = [c for c in ok if c.stats.median_ms - fs.median_ms <= noise_ms(fs, c.stats, tie_tolerance)]  # type: ignore[union-attr]
     tied_ids = {id(c) for c in tied}
     rest = [c for c in ok if id(c) not in tied_ids]
-    winner = min(tied, key=lambda c: c.name)
+    winner = min(tied, key=lambda c: c.label)
     margin = (rest[0].stats.median_ms - fs.median_ms) if rest else None  # type: ignore[union-attr]
-    return Choice(winner=winner, fastest=fastest, ties=tuple(sorted(c.name for c in tied)), candidates=len(ok),
+    return Choice(winner=winner, fastest=fastest, ties=tuple(sorted(c.label for c in tied)), candidates=len(ok),
                   margin_ms=margin)
 
 
@@ -80,7 +99,7 @@ def choose_all(measurements: Iterable[Measurement], tie_tolerance: float = 0.01)
 
 def measurement_key(m: Measurement) -> tuple:
     p = m.problem
-    return (m.kind, m.name, m.op.key, (p.m, p.n, p.k, p.batch))
+    return (m.kind, m.label, m.op.key, (p.m, p.n, p.k, p.batch))
 
 
 def tuning_table(choices: dict[tuple, Choice], figures: dict[tuple, dict[str, Any]], env: dict[str, Any],
@@ -95,6 +114,7 @@ def tuning_table(choices: dict[tuple, Choice], figures: dict[tuple, dict[str, An
             "op": w.op.to_json(),
             "problem": w.problem.as_dict(),
             "kernel": w.name,
+            "split_k": w.split_k,        # slices to launch it with (1 = no split)
             "manifest": w.manifest,
             "median_ms": w.stats.median_ms if w.stats else None,
             "iqr_ms": w.stats.iqr_ms if w.stats else None,
@@ -104,7 +124,7 @@ def tuning_table(choices: dict[tuple, Choice], figures: dict[tuple, dict[str, An
             "baseline": f.get("baseline"),
             "baseline_ms": f.get("baseline_ms"),
             "ratio_to_baseline": f.get("ratio"),
-            "fastest": ch.fastest.name,
+            "fastest": ch.fastest.label,
             "ties": list(ch.ties),
             "candidates": ch.candidates,
             "margin_ms": ch.margin_ms,

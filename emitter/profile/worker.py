@@ -30,6 +30,7 @@ from emitter.profile.config import Problem, ProfileConfig
 from emitter.profile.records import (
     CHECK_FAILED, FAILED, FAULT, NOT_APPLICABLE, OK, UNAVAILABLE, Measurement, Op,
 )
+from emitter.profile.selection import split_k_candidates
 from emitter.profile.stats import TimingStats
 
 EXIT_FAULT = 3
@@ -119,14 +120,14 @@ class GpuEngine:
         from emitter.profile.check import check, poison_d
         from emitter.profile.workload import KernelLaunch
 
-        launch = KernelLaunch(kernel, data, self.stream)
+        launch = KernelLaunch(kernel, data, self.stream, split_k=m.split_k)
         try:
             # the check: poison D of set 0, one launch, compare with the reference
             poison_d(data, 0)
             launch(0)
             self.stream.synchronize()
             if self.config.check:
-                m.check = check(data, kernel.config, self.use_torch)
+                m.check = check(data, kernel.config, self.use_torch, m.split_k)
                 if not m.check["passed"]:
                     m.status, m.reason = CHECK_FAILED, m.check["reason"]
                     return m
@@ -140,7 +141,7 @@ class GpuEngine:
                 poison_d(data, 0)
                 launch(0)
                 self.stream.synchronize()
-                after = check(data, kernel.config, self.use_torch)
+                after = check(data, kernel.config, self.use_torch, m.split_k)
                 m.check["after_timing"] = {k: after[k] for k in ("passed", "rel_err", "nonfinite", "unwritten", "mismatches")}
                 if not after["passed"]:
                     m.status, m.reason = CHECK_FAILED, "wrong after the timed launches: " + str(after["reason"])
@@ -237,7 +238,8 @@ class FakeEngine:
         if self.config.check:
             # emitter.verify's own case (fresh inputs, poison, reference, compare) on the problem shrunk to 64^3
             vp = VerifyProblem(GemmProblem(min(p.m, 64), min(p.n, 64), min(p.k, 64), batch=p.batch,
-                                           alpha=self.config.alpha, beta=self.config.beta), "normal", p.key)
+                                           alpha=self.config.alpha, beta=self.config.beta, split_k=m.split_k),
+                               "normal", p.key)
             r = run_case(self.backend, kernel, vp, case_seed(0, kernel.name, p.key))
             if r["status"] == "SKIPPED":
                 raise CannotImplement(r["reason"])
@@ -252,7 +254,7 @@ class FakeEngine:
             if not m.check["passed"]:
                 m.status, m.reason = CHECK_FAILED, r["reason"]
                 return m
-        factor = 0.75 + 0.5 * _unit("rate", kernel.name)        # each kernel its own speed
+        factor = 0.75 + 0.5 * _unit("rate", m.label)        # each kernel (and split count) its own speed
         m.stats = self._stats(self.model["tflops"] * factor, data, kernel.name, p.key, data["op"].key)
         m.extra = self.extra(data)
         return m
@@ -358,14 +360,23 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
                         log.write({"type": "result", "measurement": bm.to_json()})
                         if bm.ok:
                             _say(gpu, f"{problem.key:>22} {op_key:<28} {bname:<12} {bm.stats.median_ms * 1e3:10.1f} us")
+                runs = []
                 for n in todo:
+                    kernel = kernels[n][0]
+                    splits = [1]
+                    if kernel is not None and getattr(kernel.config, "split_k", "none") == "serial":
+                        splits = split_k_candidates(kernel.config.tile, problem.m, problem.n, problem.k,
+                                                    problem.batch, int(env.get("sm_count") or 1))
+                    runs += [(n, s) for s in splits]
+                for n, split in runs:
                     kernel, _op, man, why = kernels[n]
-                    m = Measurement("kernel", n, "emitter", op, problem, OK, None, gpu, man)
+                    m = Measurement("kernel", n, "emitter", op, problem, OK, None, gpu, man, split_k=split)
                     if kernel is None:
                         m.status, m.reason = FAILED, why
                         log.write({"type": "result", "measurement": m.to_json()})
                         continue
-                    log.write({"type": "start", "kind": "kernel", "name": n, "problem": problem.key, "op": op_key})
+                    log.write({"type": "start", "kind": "kernel", "name": n, "problem": problem.key, "op": op_key,
+                               "split_k": split})
                     try:
                         m = engine.kernel(kernel, data, m)
                     except Exception as e:
@@ -381,9 +392,9 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
                     log.write({"type": "result", "measurement": m.to_json()})
                     if m.ok:
                         tf = problem.flops / (m.stats.median_ms * 1e-3) / 1e12
-                        _say(gpu, f"{problem.key:>22} {n[:60]:<60} {m.stats.median_ms * 1e3:10.1f} us {tf:7.1f} TFLOP/s")
+                        _say(gpu, f"{problem.key:>22} {m.label[:64]:<64} {m.stats.median_ms * 1e3:10.1f} us {tf:7.1f} TFLOP/s")
                     else:
-                        _say(gpu, f"{problem.key:>22} {n[:60]:<60} {m.status}: {m.reason}")
+                        _say(gpu, f"{problem.key:>22} {m.label[:64]:<64} {m.status}: {m.reason}")
             finally:
                 try:
                     engine.release(data)

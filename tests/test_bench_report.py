@@ -1,0 +1,54 @@
+"""benchmarks/profile_sm90a.py's report (summary, goal checks, markdown) from a profile.json, without a GPU."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("profile_sm90a", ROOT / "benchmarks" / "profile_sm90a.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _row(op, a, m, n, k, kind, name, tflops, ratio=None, best=False, split_k=1, provider="emitter"):
+    return {"op": op, "a": a, "m": m, "n": n, "k": k, "kind": kind, "name": name, "tflops": tflops,
+            "ratio_to_baseline": ratio, "best": best, "tied": False, "split_k": split_k, "provider": provider}
+
+
+def test_summary_goals_and_markdown(tmp_path):
+    bench = _bench()
+    bf = "bf16bf16_bf16bf16_accf32_tnt"
+    f8 = "e4m3e4m3_bf16bf16_accf32_tnt_fastacc"
+    name = "gemm_sm90a_bf16bf16_bf16bf16_accf32_tnt_128x256x64_c2x1x1_i64x256x16_sauto_coop_epitma_persistent_al8x8x8_identity"
+    rows = [
+        _row(bf, "bf16", 8192, 8192, 8192, "baseline", "cublas", 700.0, provider="torch.matmul"),
+        _row(bf, "bf16", 8192, 8192, 8192, "kernel", name, 840.0, 1.2, best=True),
+        _row(bf, "bf16", 16, 4096, 4096, "baseline", "cublas", 40.0, provider="torch.matmul"),
+        _row(bf, "bf16", 16, 4096, 4096, "kernel", name, 36.0, 0.9, best=True, split_k=4),
+        _row(f8, "e4m3", 4096, 4096, 4096, "baseline", "cublas", 1300.0, provider="torch._scaled_mm"),
+        _row(f8, "e4m3", 4096, 4096, 4096, "kernel", name, 1400.0, 1.0769, best=True),
+        _row(f8, "e4m3", 16, 4096, 4096, "kernel", name, 30.0, 0.5, best=True),   # decode: not in the fp8 goal set
+    ]
+    run = tmp_path / "run"
+    (run / "profile").mkdir(parents=True)
+    (run / "profile" / "profile.json").write_text(json.dumps(
+        {"environment": {"name": "NVIDIA H200", "sm_count": 132}, "baselines": ["cuBLAS"], "rows": rows}))
+    s = bench.summarize(run / "profile" / "profile.json")
+    g = s["ops"][bf]
+    assert g["problems"] == 2 and abs(g["geomean"] - (1.2 * 0.9) ** 0.5) < 1e-9 and g["below_0.97"] == 1
+    assert g["rows"][0]["split_k"] == 4              # smallest problem first, with its split count
+    assert abs(s["ops"][f8]["geomean_square_and_large_llm"] - 1.0769) < 1e-9
+    goals = {what: met for what, _got, met in s["goals"]}
+    assert goals[f"{bf}: no shape below 0.97x"] is False
+    assert any(w.startswith("bf16 8192^3") and met for w, met in goals.items())   # 1.2x and 84.9% of 989
+    doc = tmp_path / "docs" / "performance.md"
+    bench.write_report(run, doc, None)
+    text = doc.read_text()
+    assert "split-K 4" in text and "| 8192x8192x8192 |" in text and "**NOT met**" in text
+    assert "NVIDIA H200" in text
