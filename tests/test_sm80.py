@@ -374,7 +374,7 @@ def test_every_level_renders_alone_and_in_order():
                    "GemmIdentityThreadblockSwizzle<8>",
                    "cutlass::gemm::kernel::GemmUniversal<ThreadblockMma, Epilogue, ThreadblockSwizzle>",
                    "extern \"C\" __global__ void __launch_bounds__(emitter_gemm_x::GemmKernel::kThreadCount)",
-                   "emitter_gemm_x_kernel(typename emitter_gemm_x::GemmKernel::Params const* __restrict__ params)",
+                   "emitter_gemm_x_kernel(typename emitter_gemm_x::GemmKernel::Params params)",
                    "int emitter_gemm_x_query(", "int emitter_gemm_x_initialize(", "const char* emitter_gemm_x_name(void)",
                    "#define EMITTER_ABI_VERSION 1"):
         assert needle in whole, needle

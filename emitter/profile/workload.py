@@ -48,7 +48,8 @@ def op_config(op: Op) -> GemmConfig:
     entry = {"name": f"op_{op.key}", "family": "gemm", "arch": "?",
              "config": {"a": op.a, "b": op.b, "c": op.c, "d": op.d, "accumulator": op.accumulator,
                         "layout_a": op.layout_a, "layout_b": op.layout_b, "layout_c": op.layout_c,
-                        "epilogue": {"activation": op.activation, "bias": op.bias}}}
+                        "epilogue": {"activation": op.activation, "bias": op.bias},
+                        "fp8_fast_accum": op.fast_accum}}
     return GemmConfig.from_entry(entry)
 
 

@@ -41,6 +41,7 @@ class GemmConfig:
     split_k: str = "none"          # none | serial | parallel
     batched: bool = False
     gelu: str = "erf"              # which GELU the epilogue computes: erf (CUTLASS GELU) or tanh (GELU_taylor)
+    fast_accum: bool = False       # fp8 fast accumulation (KernelTmaWarpSpecialized*FP8FastAccum)
 
     @property
     def layout_letters(self) -> str:
@@ -96,6 +97,7 @@ class GemmConfig:
             split_k=str(cfg.get("split_k", "none")),
             batched=bool(cfg.get("batched", False)),
             gelu=str(ep.get("gelu", cfg.get("gelu", "")) or _gelu_variant(root, entry, act)),
+            fast_accum=bool(cfg.get("fp8_fast_accum", False)),
         )
 
 

@@ -1,13 +1,13 @@
 // ================================================================================================
-// level 7: entry -- extern "C" kernel entry (Params in device memory) and the host shim (emitter_abi.h)
+// level 7: entry -- extern "C" kernel entry (Params by value) and the host shim (emitter_abi.h)
 // ================================================================================================
 #ifdef EMITTER_DEVICE
-// What cutlass::Kernel2 does, with Params read through a pointer (PyCUDA launches with cuLaunchKernel).
+// What cutlass::Kernel2 does: Params by value (launched with cuLaunchKernel's kernelParams array).
 extern "C" __global__ void __launch_bounds__(emitter_gemm_sm80_f16f16_f16f16_accf32_tnt_128x128x32_w64x64x32_i16x8x16_s4_swz8_al8x8x8_relu::GemmKernel::kThreadCount)
-emitter_gemm_sm80_f16f16_f16f16_accf32_tnt_128x128x32_w64x64x32_i16x8x16_s4_swz8_al8x8x8_relu_kernel(typename emitter_gemm_sm80_f16f16_f16f16_accf32_tnt_128x128x32_w64x64x32_i16x8x16_s4_swz8_al8x8x8_relu::GemmKernel::Params const* __restrict__ params) {
+emitter_gemm_sm80_f16f16_f16f16_accf32_tnt_128x128x32_w64x64x32_i16x8x16_s4_swz8_al8x8x8_relu_kernel(typename emitter_gemm_sm80_f16f16_f16f16_accf32_tnt_128x128x32_w64x64x32_i16x8x16_s4_swz8_al8x8x8_relu::GemmKernel::Params params) {
   using Kernel = emitter_gemm_sm80_f16f16_f16f16_accf32_tnt_128x128x32_w64x64x32_i16x8x16_s4_swz8_al8x8x8_relu::GemmKernel;
   extern __shared__ int emitter_shared_storage[];
-  Kernel::invoke(*params, *reinterpret_cast<typename Kernel::SharedStorage*>(emitter_shared_storage));
+  Kernel::invoke(params, *reinterpret_cast<typename Kernel::SharedStorage*>(emitter_shared_storage));
 }
 #else
 extern "C" __attribute__((visibility("default"))) int emitter_gemm_sm80_f16f16_f16f16_accf32_tnt_128x128x32_w64x64x32_i16x8x16_s4_swz8_al8x8x8_relu_query(emitter_gemm_problem const* problem, emitter_launch* out) {

@@ -2,15 +2,16 @@
 // level 6: entry -- the kernel symbol (cubin) and the C ABI of templates/common/emitter_abi.h (host .so)
 // ================================================================================================
 #if defined(EMITTER_DEVICE)
-// Params live in device memory and are passed by pointer (sm90 Params hold 64-byte aligned TMA
-// descriptors, which cuLaunchKernel's by-value parameter buffer does not preserve).
+// What cutlass::device_kernel does: Params by value in the constant bank (__grid_constant__; their TMA
+// descriptors are 64-byte aligned, so launch with cuLaunchKernel's kernelParams array, not a packed
+// buffer). Read through a pointer instead, each field is a register load, and some kernels spill.
 extern "C" __global__ void
 __launch_bounds__(emitter_gemm_sm90a_bf16bf16_bf16bf16_accf32_tnt_128x256x64_c2x1x1_i64x256x16_sauto_coop_epitma_persistent_al8x8x8_identity::GemmKernel::MaxThreadsPerBlock, emitter_gemm_sm90a_bf16bf16_bf16bf16_accf32_tnt_128x256x64_c2x1x1_i64x256x16_sauto_coop_epitma_persistent_al8x8x8_identity::GemmKernel::MinBlocksPerMultiprocessor)
 __cluster_dims__(2, 1, 1)
-emitter_gemm_sm90a_bf16bf16_bf16bf16_accf32_tnt_128x256x64_c2x1x1_i64x256x16_sauto_coop_epitma_persistent_al8x8x8_identity_kernel(emitter_gemm_sm90a_bf16bf16_bf16bf16_accf32_tnt_128x256x64_c2x1x1_i64x256x16_sauto_coop_epitma_persistent_al8x8x8_identity::Params const* __restrict__ params) {
+emitter_gemm_sm90a_bf16bf16_bf16bf16_accf32_tnt_128x256x64_c2x1x1_i64x256x16_sauto_coop_epitma_persistent_al8x8x8_identity_kernel(__grid_constant__ emitter_gemm_sm90a_bf16bf16_bf16bf16_accf32_tnt_128x256x64_c2x1x1_i64x256x16_sauto_coop_epitma_persistent_al8x8x8_identity::Params const params) {
   extern __shared__ char smem[];
   emitter_gemm_sm90a_bf16bf16_bf16bf16_accf32_tnt_128x256x64_c2x1x1_i64x256x16_sauto_coop_epitma_persistent_al8x8x8_identity::GemmKernel op;
-  op(*params, smem);
+  op(params, smem);
 }
 #else
 extern "C" __attribute__((visibility("default"))) int emitter_gemm_sm90a_bf16bf16_bf16bf16_accf32_tnt_128x256x64_c2x1x1_i64x256x16_sauto_coop_epitma_persistent_al8x8x8_identity_query(const emitter_gemm_problem* problem, emitter_launch* out) {
