@@ -108,9 +108,12 @@ def summarize(profile_json: Path) -> dict:
             "ratio": r["ratio_to_baseline"], "pct_peak": (100 * r["tflops"] / peak) if peak and r["tflops"] else None,
             "tied": r.get("tied", False)})
     summary: dict = {"environment": data["environment"], "baselines": data["baselines"], "ops": {}, "goals": []}
+    every = {(r["m"], r["n"], r["k"]) for r in data["rows"]}
     for op, rows in ops.items():
         ratios = [x["ratio"] for x in rows if x["ratio"]]
+        have = {(x["m"], x["n"], x["k"]) for x in rows}
         g = {"rows": rows, "problems": len(rows), "with_baseline": len(ratios), "geomean": _geomean(ratios),
+             "missing": [f"{m}x{n}x{k}" for m, n, k in sorted(every - have)],
              "min": min(ratios) if ratios else None,
              "below_0.97": sum(1 for x in ratios if x < GOAL_MIN_16BIT)}
         if op.startswith("e4m3") or op.startswith("e5m2"):
@@ -192,11 +195,15 @@ def markdown(summary: dict, commands: list[str], times: dict, plots: list[str], 
             kern = _kernel_text({"name": x["kernel"], "split_k": x["split_k"]})
             out.append(f"| {x['m']}x{x['n']}x{x['k']} | `{kern}` | {x['tflops'] or 0:.1f} | {x['pct_peak'] or 0:.1f} | "
                        f"{x['baseline_tflops'] or 0:.1f} | {x['ratio'] or 0:.3f}{' (tie)' if x['tied'] else ''} |")
+        if g["missing"]:
+            out += ["", f"No result for {', '.join(g['missing'])} (no kernel of this op finished it, or no baseline)."]
         if g["geomean"]:
             out += ["", f"Geometric mean {g['geomean']:.3f}x over {g['with_baseline']} problems; worst {g['min']:.3f}x; "
                     f"{g['below_0.97']} below 0.97x."
                     + (f" Square + large-LLM (M >= 2048) shapes: {g['geomean_square_and_large_llm']:.3f}x."
                        if g.get("geomean_square_and_large_llm") else "")]
+    out += ["", "The tuning table of this run (best kernel and split-K count per shape, for "
+            "`emitter library <gen> --tuning docs/perf/tuning.json`) is in docs/perf/tuning.json."]
     if plots:
         out += ["", "## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in plots]
     if notes:
@@ -213,13 +220,21 @@ def write_report(run: Path, doc: Path | None, notes_file: Path | None) -> None:
     if doc is not None:
         doc.parent.mkdir(parents=True, exist_ok=True)
         plot_dir = doc.parent / "perf"
-        src = sorted((run / "profile" / "plots").glob("*.png")) if (run / "profile" / "plots").is_dir() else []
+        # the ratio plots (best kernel / baseline per shape); the TFLOP/s plots of every kernel stay in RUN
+        src = sorted((run / "profile" / "plots").glob("*_ratio.png")) if (run / "profile" / "plots").is_dir() else []
         if src:
             plot_dir.mkdir(parents=True, exist_ok=True)
             for p in src:
                 shutil.copyfile(p, plot_dir / p.name)
                 plots.append(f"perf/{p.name}")
+        if (run / "profile" / "tuning.json").is_file():   # the measured tuning table, for `emitter library --tuning`
+            shutil.copyfile(run / "profile" / "tuning.json", plot_dir / "tuning.json")
         notes = notes_file.read_text() if notes_file and notes_file.is_file() else ""
+        if (run / "verify.json").is_file():      # the same build, verified before it was profiled
+            v = json.loads((run / "verify.json").read_text())
+            s = v.get("summary", {})
+            notes = (f"Verify (`emitter verify --quick`, seed {v.get('seed')}, {v.get('device')}): instances "
+                     f"{s.get('instances')}, cases {s.get('cases')}.\n\n" + notes)
         text = markdown(summary, meta.get("commands", []), meta.get("times", {}), plots, notes)
         tmp = doc.with_suffix(".md.tmp")
         tmp.write_text(text)
