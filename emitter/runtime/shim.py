@@ -1,4 +1,4 @@
-"""ctypes bindings of the host shim ABI (templates/common/emitter_abi.h, EMITTER_ABI_VERSION 1).
+"""ctypes bindings of the host shim ABI (templates/common/emitter_abi.h, EMITTER_ABI_VERSION 2).
 
 The structs here must match emitter_abi.h field for field; tests/test_verify_fake.py compiles a C
 program that prints the C sizes and offsets and compares them with these.
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from emitter.errors import EmitterError
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 EMITTER_OK = 0
 EMITTER_CANNOT_IMPLEMENT = 1

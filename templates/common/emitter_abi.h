@@ -1,9 +1,9 @@
-// emitter runtime ABI (version 1): the C interface every emitted GEMM instance exports from its host shim.
+// emitter runtime ABI (version 2: kernel entries take Params by value; version 1 took a pointer): the C interface every emitted GEMM instance exports from its host shim.
 // Python (ctypes) and exported libraries use these structs; keep the layout stable and bump
 // EMITTER_ABI_VERSION on any change.
 #ifndef EMITTER_ABI_H
 #define EMITTER_ABI_H
-#define EMITTER_ABI_VERSION 1
+#define EMITTER_ABI_VERSION 2
 
 #ifdef __cplusplus
 extern "C" {
