@@ -19,8 +19,8 @@ from click.testing import CliRunner
 from emitter.cli import main as cli
 from emitter.library import abi
 from emitter.library.dispatch import (ACTIVATIONS, DTYPES, LAYOUTS, Candidate, KernelRecord, Op, Query, TuningRecord,
-                                      candidate_order, dispatch_order, effective_split_k, kernel_records, log2_fixed,
-                                      select, transpose, tuning_records)
+                                      candidate_order, dispatch_order, effective_split_k, forced, kernel_records,
+                                      log2_fixed, select, transpose, tuning_records)
 from emitter.library.tuning import TuningError, load as load_tuning
 from emitter.library.export import LibraryError, export_library
 
@@ -94,11 +94,17 @@ def test_log2_fixed_exact_on_powers_of_two_and_close_elsewhere():
 # ---- the Python selection rule --------------------------------------------------------------------
 
 def _cfg(a="bf16", la="row", lb="col", lc="row", arch="sm90a", tile=(128, 128, 64), align=8, act="identity",
-         bias="none", acc="f32", batched=False, split_k="none"):
-    return {"arch": arch, "a": a, "b": a, "c": a, "d": a, "layout_a": la, "layout_b": lb, "layout_c": lc,
+         bias="none", acc="f32", batched=False, split_k="none", cd=None, fast=False):
+    return {"arch": arch, "a": a, "b": a, "c": cd or a, "d": cd or a, "layout_a": la, "layout_b": lb, "layout_c": lc,
             "accumulator": acc, "tile": list(tile), "cluster": [1, 1, 1] if arch == "sm90a" else None,
             "alignment_a": align, "alignment_b": align, "alignment_c": align,
-            "epilogue": {"activation": act, "bias": bias}, "split_k": split_k, "batched": batched}
+            "epilogue": {"activation": act, "bias": bias}, "split_k": split_k, "batched": batched,
+            "fp8_fast_accum": fast}
+
+
+def _fp8(**kw) -> dict:
+    """An sm90a e4m3 x e4m3 -> bf16 kernel config (fast=True: fp8 fast accumulation)."""
+    return _cfg(a="e4m3", cd="bf16", tile=kw.pop("tile", (128, 128, 128)), align=kw.pop("align", 16), **kw)
 
 
 def _records(cfgs: dict[str, dict]) -> list[KernelRecord]:
@@ -213,6 +219,84 @@ def test_effective_split_k_tuned_clamped_explicit_forced():
     assert effective_split_k(ks, ts2, Candidate(idx["plain"], 0), q) == 1
     # transposition keeps k, so the count does not change
     assert [effective_split_k(ks, ts, c, q) for c in dispatch_order(ks, ts, q) if c.transposed] == []
+
+
+def _allow(q: Query, fast: bool = True) -> Query:
+    return Query(**{**q.__dict__, "op": Op(**{**q.op.__dict__, "fast_accum": fast})})
+
+
+def test_fast_accum_kernels_only_for_callers_who_opt_in():
+    ks = _records({"full": _fp8(), "fast": _fp8(fast=True), "full_small": _fp8(tile=(64, 128, 128)),
+                   "fast_small": _fp8(tile=(64, 128, 128), fast=True), "fast_only_relu": _fp8(act="relu", fast=True),
+                   "fast_split": _fp8(fast=True, split_k="serial")})
+    idx = {k.name: k.index for k in ks}
+    assert [k.name for k in ks if k.fast_accum] == ["fast", "fast_only_relu", "fast_small", "fast_split"]
+    # fast accumulation is part of the op: two kernels that differ only in it compute different ops
+    assert ks[idx["full"]].op != ks[idx["fast"]].op and ks[idx["full"]].op.fast_accum is False
+    # the fast op's winner at 4096^3, the normal op's at 128x4096x4096 (profile: two ops, no conflict)
+    ts = tuning_records([(idx["fast"], 4096, 4096, 4096, 1, 90), (idx["full_small"], 128, 4096, 4096, 1, 90)])
+    full = ks[idx["full"]]
+    names = lambda q: [ks[c.kernel].name for c in dispatch_order(ks, ts, q)]
+    rnd = random.Random(5)
+    for _ in range(300):   # without the opt-in no order ever holds a fast-accum kernel (direct or transposed)
+        q = Query(op=Op(**{**full.op.__dict__, "lc": rnd.choice([1, 2]), "act": rnd.choice([0, 1])}),
+                  m=rnd.randrange(1, 9000), n=rnd.randrange(1, 9000), k=rnd.randrange(1, 9000),
+                  split_k=rnd.choice([1, 1, 2]), cc=90)
+        assert not any(ks[c.kernel].fast_accum for c in dispatch_order(ks, ts, q)), q
+    q = _query(full, 4096, 4096, 4096)
+    # default: the fast op's tuning record does not apply; the normal winner, then the fallback order
+    assert names(q) == ["full_small", "full"]
+    assert names(_query(full, 128, 4096, 4096)) == ["full_small", "full"]
+    # opted in: the fast op's winner at its own shape ...
+    # (split-K kernels serve split_k_slices = 1 problems too)
+    assert names(_allow(q)) == ["fast", "full_small", "fast_split", "full", "fast_small"]
+    # ... a normal kernel is still acceptable: the nearest profiled shape wins whichever op it was
+    assert names(_allow(_query(full, 128, 4096, 4096))) == ["full_small", "fast", "fast_split", "full", "fast_small"]
+    # at equal distance (and in the fallback order, between otherwise equal kernels) fast-accum comes first
+    ts_tie = tuning_records([(idx["full"], 1024, 1024, 1024, 1, 90), (idx["fast_small"], 1024, 1024, 1024, 1, 90)])
+    tie = lambda q: [ks[c.kernel].name for c in candidate_order(ks, ts_tie, q)]
+    assert tie(_allow(_query(full, 1024, 1024, 1024)))[:2] == ["fast_small", "full"]
+    assert tie(_allow(_query(full, 2048, 2048, 2048)))[:2] == ["fast_small", "full"]
+    assert tie(_query(full, 1024, 1024, 1024)) == ["full", "full_small"]
+    assert [ks[c.kernel].name for c in candidate_order(ks, [], _allow(_query(full, 64, 64, 64)))] == \
+        ["fast", "fast_split", "full", "fast_small", "full_small"]
+    # an op only fast-accum kernels compute: nothing without the opt-in
+    relu = Query(op=Op(**{**full.op.__dict__, "act": ACTIVATIONS["relu"]}), m=256, n=256, k=256, cc=90)
+    assert names(relu) == [] and names(_allow(relu)) == ["fast_only_relu"]
+    # split_k_slices > 1: only the fast split-K kernel could run it
+    split = Query(**{**q.__dict__, "split_k": 2})
+    assert names(split) == [] and names(_allow(split)) == ["fast_split"]
+    # transposition keeps the opt-in (and its absence)
+    qt = Query(op=Op(**{**full.op.__dict__, "lc": LAYOUTS["col"]}), m=4096, n=4096, k=4096, cc=90)
+    assert transpose(_allow(qt)).op.fast_accum and not transpose(qt).op.fast_accum
+    assert names(qt) == ["full_small", "full"] and names(_allow(qt))[0] == "fast"
+    assert all(c.transposed for c in dispatch_order(ks, ts, _allow(qt)))
+    # forcing by name is the opt-in: a fast-accum kernel runs when named, whatever the flag says
+    assert forced(ks, idx["fast"], q) == Candidate(idx["fast"], -2, False)
+    assert forced(ks, idx["fast"], qt) == Candidate(idx["fast"], -2, True)
+    assert forced(ks, idx["fast"], qt, allow_transpose=False) is None
+    assert forced(ks, idx["full"], _allow(q)) == Candidate(idx["full"], -2, False)
+    assert forced(ks, idx["fast_only_relu"], q) is None   # another operation
+    # a fast-accum tuned split-K kernel keeps its slices only for an opted-in caller (it is no candidate otherwise)
+    ts_split = tuning_records([(idx["fast_split"], 128, 128, 8192, 1, 90, 4)])
+    qs = _allow(_query(full, 128, 128, 8192))
+    first = candidate_order(ks, ts_split, qs)[0]
+    assert ks[first.kernel].name == "fast_split" and effective_split_k(ks, ts_split, first, qs) == 4
+    assert "fast_split" not in [ks[c.kernel].name for c in candidate_order(ks, ts_split, _allow(qs, False))]
+
+
+def test_fast_accum_on_a_kernel_without_it_is_an_export_error():
+    from emitter.library.dispatch import ExportError
+    with pytest.raises(ExportError, match="fast accumulation is a mode of the sm90a fp8 wgmma"):
+        _records({"bf16_fast": _cfg(fast=True)})
+    with pytest.raises(ExportError, match="on a sm80 kernel"):
+        _records({"sm80_fast": {**_fp8(fast=True), "arch": "sm80"}})
+    with pytest.raises(ExportError, match="must be true or false"):
+        _records({"odd": {**_fp8(), "fp8_fast_accum": "yes"}})
+    # absent = false (manifests from before fp8_fast_accum)
+    cfg = _fp8()
+    del cfg["fp8_fast_accum"]
+    assert not _records({"old": cfg})[0].fast_accum
 
 
 # ---- export ---------------------------------------------------------------------------------------
@@ -361,6 +445,113 @@ def test_tuning_conflicts_and_op_mismatch(manifest_dir, tmp_path):
     assert r.tuning == [] and "does not fit the kernel" in r.dropped_tuning[0]["reason"]
 
 
+def _write_manifest(d: Path, cfgs: dict[str, dict]) -> Path:
+    """A manifest of hand-made (never compiled) kernels."""
+    d.mkdir(parents=True, exist_ok=True)
+    entries = []
+    for name, cfg in cfgs.items():
+        (d / f"{name}.cu").write_text("// not compiled\n")
+        entries.append({"name": name, "family": "gemm", "arch": cfg["arch"], "source": f"{name}.cu", "spec": "x.yaml",
+                        "spec_hash": "0", "config": cfg})
+    (d / "manifest.json").write_text(json.dumps({"schema_version": 1, "emitter_version": "0", "generated_at": None,
+                                                 "specs": [], "instances": entries, "rejected": []}))
+    return d
+
+
+# fp8 kernels with and without fast accumulation (names as emitter gives them: a `fastacc` token), a fast-only
+# operation, a fast split-K kernel and a bf16 kernel
+FA_FULL = "gemm_sm90a_e4m3e4m3_bf16bf16_accf32_tnt_128x128x128_full"
+FA_FAST = "gemm_sm90a_e4m3e4m3_bf16bf16_accf32_tnt_128x128x128_fastacc"
+FA_RELU = "gemm_sm90a_e4m3e4m3_bf16bf16_accf32_tnt_128x128x128_fastacc_relu"
+FA_SPLIT = "gemm_sm90a_e4m3e4m3_bf16bf16_accf32_tnt_128x128x128_fastacc_splitk"
+FA_BF16 = "gemm_sm90a_bf16bf16_bf16bf16_accf32_tnt_128x128x64"
+FA_CFGS = {FA_FULL: _fp8(), FA_FAST: _fp8(fast=True), FA_RELU: _fp8(fast=True, act="relu"),
+           FA_SPLIT: _fp8(fast=True, split_k="serial"), FA_BF16: _cfg()}
+
+
+def _op_json(cfg: dict) -> dict:
+    from emitter.profile.records import Op as ProfileOp
+    return ProfileOp.from_config(cfg).to_json()
+
+
+def _fast_accum_library(tmp_path: Path, name: str = "falib"):
+    """FA_CFGS exported with a tuning table as `emitter profile` writes it: the fast op's winner and the normal
+    op's winner at one shape (two ops, no conflict), each op's `key` and `fast_accum`."""
+    gen = _write_manifest(tmp_path / "gen", FA_CFGS)
+    t = tmp_path / "tuning.json"
+    entry = lambda kname, m, n, k, **kw: {"op": _op_json(FA_CFGS[kname]), "problem": {"m": m, "n": n, "k": k, "batch": 1},
+                                          "kernel": kname, "median_ms": 0.1, **kw}
+    t.write_text(json.dumps({"schema_version": 1, "kind": "emitter.tuning_table", "gpu": {"cc": "9.0"}, "entries": [
+        entry(FA_FAST, 4096, 4096, 4096), entry(FA_FULL, 4096, 4096, 4096), entry(FA_FULL, 128, 4096, 4096),
+        entry(FA_SPLIT, 128, 128, 8192, split_k=4)]}))
+    return export_library([gen], name, tmp_path / "lib", tuning=[t]), tmp_path / "lib", t
+
+
+def test_export_fast_accum_kernels_and_tuning(tmp_path):
+    r, out, t = _fast_accum_library(tmp_path)
+    by = {k.name: k for k in r.kernels}
+    assert by[FA_FAST].fast_accum and by[FA_SPLIT].fast_accum and not by[FA_FULL].fast_accum
+    assert _op_json(FA_CFGS[FA_FAST])["key"].endswith("_fastacc") and _op_json(FA_CFGS[FA_FAST])["fast_accum"] is True
+    # the fast and the normal winner of one shape are two operations: both kept, no conflict
+    assert sorted((r.kernels[x.kernel].name, x.m) for x in r.tuning) == sorted(
+        [(FA_FAST, 4096), (FA_FULL, 4096), (FA_FULL, 128), (FA_SPLIT, 128)])
+    assert r.dropped_tuning == [] and not any("claim" in n for n in r.notes)
+    m = json.loads((out / "manifest.json").read_text())
+    assert {k["name"]: k["fast_accum"] for k in m["kernels"]} == {n: bool(c["fp8_fast_accum"]) for n, c in FA_CFGS.items()}
+    assert "problem.fast_accum = 1" in m["dispatch"]["rule"]
+    # fast and normal kernels of one dtype/layout/epilogue compute two operations: two groups
+    assert sorted(m["dispatch"]["fallback_order"]) == sorted([[FA_BF16], [FA_FAST, FA_SPLIT], [FA_FULL], [FA_RELU]])
+    # the table row carries the flag (op {..., activation, bias, fast_accum, clamp min, max})
+    table = (out / "src/falib_table.cpp").read_text()
+    row = lambda name: next(l for l in table.splitlines() if f'"{name}"' in l)
+    assert ", 0, 0, 1, 0.0f, 0.0f}" in row(FA_FAST) and ", 0, 0, 0, 0.0f, 0.0f}" in row(FA_FULL)
+    assert "fast_accum" in (out / "README.md").read_text()
+    # CLI: the summary says how many kernels are opt-in only
+    res = CliRunner().invoke(cli, ["library", str(tmp_path / "gen"), "--tuning", str(t), "--name", "falib", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "3 fp8 fast-accum, dispatched only to callers that set fast_accum" in res.output
+
+
+def test_tuning_fast_accum_entries_checked(tmp_path):
+    gen = _write_manifest(tmp_path / "gen", FA_CFGS)
+    t = tmp_path / "t.json"
+
+    def table(*ops, kernel=FA_FULL):
+        t.write_text(json.dumps({"schema_version": 1, "entries": [
+            {"problem": {"m": 64 * (i + 1), "n": 64, "k": 4096}, "kernel": kernel, **({"op": op} if op is not None else {})}
+            for i, op in enumerate(ops)]}))
+        return t
+
+    full_op, fast_op = _op_json(FA_CFGS[FA_FULL]), _op_json(FA_CFGS[FA_FAST])
+    # a fast-accum op for a full-precision kernel (and the reverse) does not fit: dropped, with the reason
+    r = export_library([gen], "falib", tmp_path / "o", tuning=[table(fast_op, full_op)])
+    assert [(r.kernels[x.kernel].name, x.m) for x in r.tuning] == [(FA_FULL, 128)]
+    assert "fast_accum=True (kernel: False)" in r.dropped_tuning[0]["reason"]
+    r = export_library([gen], "falib", tmp_path / "o", tuning=[table(fast_op, full_op, kernel=FA_FAST)])
+    assert [x.m for x in r.tuning] == [64] and "fast_accum=False (kernel: True)" in r.dropped_tuning[0]["reason"]
+    # a table without `fast_accum` whose key ends in _fastacc: the key says it
+    legacy = {k: v for k, v in fast_op.items() if k != "fast_accum"}
+    assert [e.op["fast_accum"] for e in load_tuning(table(legacy))] == [True]
+    r = export_library([gen], "falib", tmp_path / "o", tuning=[table(legacy)])
+    assert r.tuning == [] and "fast_accum" in r.dropped_tuning[0]["reason"]
+    # no op at all: the kernel's own flag decides (nothing to check)
+    assert len(export_library([gen], "falib", tmp_path / "o", tuning=[table(None, kernel=FA_FAST)]).tuning) == 1
+    # bad combinations are errors naming the entry
+    for bad, msg in (({**fast_op, "fast_accum": "yes"}, "op.fast_accum must be true or false, got 'yes'"),
+                     ({**fast_op, "fast_accum": 1}, "op.fast_accum must be true or false, got 1"),
+                     ({**fast_op, "fast_accum": False}, "op.fast_accum is false but op.key"),
+                     ({**full_op, "fast_accum": True}, "op.fast_accum is true but op.key")):
+        with pytest.raises(TuningError) as ei:
+            export_library([gen], "falib", tmp_path / "o", tuning=[table(full_op, bad)])
+        assert msg in str(ei.value) and "entries[1]" in str(ei.value) and str(t) in str(ei.value), str(ei.value)
+    res = CliRunner().invoke(cli, ["library", str(gen), "--tuning", str(t), "--name", "falib", "-o", str(tmp_path / "c")])
+    assert res.exit_code == 2 and "op.fast_accum is true but op.key" in res.output and "Traceback" not in res.output
+    # a manifest that claims fast accumulation where CUTLASS has none
+    bad_gen = _write_manifest(tmp_path / "bad", {"gemm_sm90a_bf16_fastacc": _cfg(fast=True)})
+    with pytest.raises(LibraryError, match="fast accumulation is a mode of the sm90a fp8 wgmma"):
+        export_library([bad_gen], "falib", tmp_path / "o2")
+
+
 def test_cli_library(manifest_dir, tuning_file, tmp_path):
     out = tmp_path / "cli"
     res = CliRunner().invoke(cli, ["library", str(manifest_dir), "--tuning", str(tuning_file), "--name", "mykernels",
@@ -374,8 +565,9 @@ def test_cli_library(manifest_dir, tuning_file, tmp_path):
 
 # ---- C++ agrees with Python (g++, host only) ------------------------------------------------------
 
-def _synthetic_manifest(d: Path, rnd: random.Random, count: int) -> list[dict]:
-    """A manifest of `count` random (never compiled) kernels: enough variety to exercise every rule."""
+def _synthetic_manifest(d: Path, rnd: random.Random, count: int, fp8: int = 0) -> list[dict]:
+    """A manifest of `count` random (never compiled) kernels: enough variety to exercise every rule; plus `fp8`
+    random sm90a fp8 configurations, each as a full-precision and a fast-accumulation kernel, or only one of them."""
     d.mkdir(parents=True, exist_ok=True)
     entries = []
     for i in range(count):
@@ -391,15 +583,27 @@ def _synthetic_manifest(d: Path, rnd: random.Random, count: int) -> list[dict]:
         (d / f"{name}.cu").write_text("// not compiled\n")
         entries.append({"name": name, "family": "gemm", "arch": arch, "source": f"{name}.cu", "spec": "x.yaml",
                         "spec_hash": "0", "config": cfg})
+    for i in range(fp8):
+        split = rnd.random() < 0.3
+        base = dict(la=rnd.choice(["row", "col"]), lb=rnd.choice(["row", "col"]), lc=rnd.choice(["row", "col"]),
+                    tile=(rnd.choice([64, 128, 256]), rnd.choice([64, 128, 256]), rnd.choice([64, 128])),
+                    align=rnd.choice([16, 16, 32]), act=rnd.choice(["identity", "identity", "relu"]),
+                    bias=rnd.choice(["none", "none", "row"]), batched=not split and rnd.random() < 0.2,
+                    split_k="serial" if split else "none")
+        for fast in {0: (False, True), 1: (False, True), 2: (True,), 3: (False,)}[rnd.randrange(4)]:
+            name = f"gemm_sm90a_f{i:03d}" + ("_fastacc" if fast else "")
+            (d / f"{name}.cu").write_text("// not compiled\n")
+            entries.append({"name": name, "family": "gemm", "arch": "sm90a", "source": f"{name}.cu", "spec": "x.yaml",
+                            "spec_hash": "0", "config": _fp8(fast=fast, **base)})
     (d / "manifest.json").write_text(json.dumps({"schema_version": 1, "emitter_version": "0", "generated_at": None,
                                                  "specs": [], "instances": entries, "rejected": []}))
     return entries
 
 
-def _synthetic_library(tmp_path: Path, rnd: random.Random, name: str, kernels: int = 60, records: int = 120):
-    """A random kernel table (30% split-K) with three tuning tables (H100, A100, unknown GPU) whose split-K
-    winners were timed with random slice counts."""
-    entries = _synthetic_manifest(tmp_path / "gen", rnd, kernels)
+def _synthetic_library(tmp_path: Path, rnd: random.Random, name: str, kernels: int = 60, records: int = 120, fp8: int = 25):
+    """A random kernel table (30% split-K; fp8 ones with and without fast accumulation) with three tuning tables
+    (H100, A100, unknown GPU) whose split-K winners were timed with random slice counts."""
+    entries = _synthetic_manifest(tmp_path / "gen", rnd, kernels, fp8)
     split_ok = {e["name"]: e["config"]["split_k"] != "none" for e in entries}
     names = sorted(split_ok)
     tuning = []
@@ -419,6 +623,7 @@ def _synthetic_library(tmp_path: Path, rnd: random.Random, name: str, kernels: i
     r = export_library([tmp_path / "gen"], name, out, tuning=tables)
     assert {t.gpu_cc for t in r.tuning} == {0, 80, 90}
     assert any(t.split_k > 1 for t in r.tuning)
+    assert any(k.fast_accum for k in r.kernels) and any(r.kernels[t.kernel].fast_accum for t in r.tuning)
     return r, out
 
 
@@ -429,6 +634,7 @@ def _random_queries(r, rnd: random.Random, count: int, ccs=(80, 86, 89, 90, 90, 
         op = k.op if rnd.random() < 0.85 else Op(**{**k.op.__dict__, "lc": 3 - k.op.lc})   # some need the transpose
         if rnd.random() < 0.1:
             op = Op(**{**op.__dict__, "acc": 0})
+        op = Op(**{**op.__dict__, "fast_accum": rnd.random() < 0.5})   # the caller's opt-in, either way
         queries.append(Query(op=op, m=rnd.choice([1, 7, 64, 100, 777, 4096, 20000]), n=rnd.randrange(1, 20000),
                              k=rnd.choice([rnd.randrange(1, 9000), rnd.randrange(1, 600)]),   # small k: clamped splits
                              batch=rnd.choice([1, 1, 1, 3, 8]), split_k=rnd.choice([1] * 8 + [2, 5]),
@@ -439,7 +645,7 @@ def _random_queries(r, rnd: random.Random, count: int, ccs=(80, 86, 89, 90, 90, 
 def _query_line(q: Query) -> str:
     o = q.op
     return " ".join(map(str, [o.a, o.b, o.c, o.d, o.acc, o.la, o.lb, o.lc, o.act, o.bias, q.m, q.n, q.k, q.batch,
-                              q.split_k, q.cc]))
+                              q.split_k, q.cc, int(o.fast_accum)]))
 
 
 def _cxx() -> str:
@@ -468,12 +674,22 @@ def test_cpp_dispatch_matches_python(tmp_path):
     got = res.stdout.splitlines()
     assert len(got) == len(queries)
     nonempty = tuned_split = clamped = explicit = 0
+    fast = {"opted_in": 0, "fast_first": 0, "fast_tuned": 0, "fast_hidden": 0}
     for q, line in zip(queries, got):
         want = dispatch_order(r.kernels, r.tuning, q)
         splits = [effective_split_k(r.kernels, r.tuning, c, q) for c in want]
         text = " ".join(f"{c.kernel}:{c.tuning}:{int(c.transposed)}:{s_}" for c, s_ in zip(want, splits)) or "-"
         assert line == text, (q, line, text)
         nonempty += bool(want)
+        is_fast = [r.kernels[c.kernel].fast_accum for c in want]
+        if not q.op.fast_accum:   # without the opt-in, never a fast-accum kernel (but the opt-in would find some)
+            assert not any(is_fast), (q, line)
+            fast["fast_hidden"] += bool(dispatch_order(r.kernels, r.tuning, Query(**{**q.__dict__, "op": Op(
+                **{**q.op.__dict__, "fast_accum": True})})) != want)
+        else:
+            fast["opted_in"] += any(is_fast)
+            fast["fast_first"] += bool(is_fast) and is_fast[0]
+            fast["fast_tuned"] += any(f and c.tuning >= 0 for f, c in zip(is_fast, want))
         for c, s_ in zip(want, splits):
             if q.split_k > 1:
                 explicit += 1
@@ -486,6 +702,7 @@ def test_cpp_dispatch_matches_python(tmp_path):
                 assert s_ == 1
     assert nonempty > 300   # the queries hit real candidates, tuned and fallback, direct and transposed
     assert tuned_split > 50 and clamped > 20 and explicit > 20   # ... and tuned, clamped and explicit splits
+    assert min(fast.values()) > 20, fast   # ... and fast-accum kernels: hidden without the opt-in, tuned and first with it
     # the probe lists the same table (names sorted, ranks)
     listing = subprocess.run([str(exe), "--kernels"], capture_output=True, text=True, check=True).stdout.splitlines()
     assert [l.split()[1] for l in listing] == [k.name for k in r.kernels]
@@ -553,7 +770,7 @@ int main() {{
   std::string line;
   while (std::getline(std::cin, line)) {{
     std::istringstream in(line);
-    long long v[16];
+    long long v[17];
     std::string kernel;
     for (long long& x : v) in >> x;
     in >> kernel;
@@ -562,6 +779,7 @@ int main() {{
     p.a_type = int(v[0]); p.b_type = int(v[1]); p.c_type = int(v[2]); p.d_type = int(v[3]); p.accumulator_type = int(v[4]);
     p.a_layout = int(v[5]); p.b_layout = int(v[6]); p.c_layout = int(v[7]); p.activation = int(v[8]); p.bias_kind = int(v[9]);
     p.m = int(v[10]); p.n = int(v[11]); p.k = int(v[12]); p.batch_count = int(v[13]); p.split_k_slices = int(v[14]);
+    p.fast_accum = int(v[16]);
     p.A = reinterpret_cast<void*>(0x100000); p.B = p.A; p.D = reinterpret_cast<void*>(0x200000);
     if (p.bias_kind) p.bias = p.A;
     if (kernel != "-") p.kernel = kernel.c_str();
@@ -602,28 +820,41 @@ def test_cpp_api_queries_and_launches_with_the_effective_split(tmp_path):
               str(out / "src/apilib_api.cpp"), str(out / "src/apilib_table.cpp"), str(fake / "fake_kernels.cpp"),
               str(fake / "main.cpp"), "-o", str(exe)])
     queries = _random_queries(r, rnd, 800, ccs=(90,))
-    forced: list[Candidate | None] = []
+    named: list[tuple[int, Candidate | None] | None] = []   # (forced kernel, its candidate or None: not its op)
     lines = []
+    fast_kernels = [k.index for k in r.kernels if k.fast_accum]
     for q in queries:
         order = dispatch_order(r.kernels, r.tuning, q)
         f = None
         if order and rnd.random() < 0.2:
             pick = rnd.choice(order)
-            f = Candidate(pick.kernel, -2, pick.transposed)
-        forced.append(f)
-        lines.append(_query_line(q) + " " + (r.kernels[f.kernel].name if f else "-"))
+            f = (pick.kernel, Candidate(pick.kernel, -2, pick.transposed))
+        elif rnd.random() < 0.12:   # a fast-accum kernel by name, opted in or not (naming it is the opt-in)
+            fitting = [i for i in fast_kernels if forced(r.kernels, i, q)]
+            kernel = rnd.choice(fitting if fitting and rnd.random() < 0.8 else fast_kernels)   # or another op's
+            f = (kernel, forced(r.kernels, kernel, q))
+        named.append(f)
+        lines.append(_query_line(q) + " " + (r.kernels[f[0]].name if f else "-"))
     res = subprocess.run([str(exe)], input="\n".join(lines) + "\n", capture_output=True, text=True, check=True)
     got = res.stdout.splitlines()
     assert len(got) == len(queries)
     need = lambda kernel, split: 4096 * split + kernel if split > 1 else 0
-    seen = {"tuned_split": 0, "forced_tuned": 0, "workspace": 0, "max_other": 0}
-    for q, f, line in zip(queries, forced, got):
+    seen = {"tuned_split": 0, "forced_tuned": 0, "workspace": 0, "max_other": 0, "fast_forced": 0, "fast_dispatched": 0,
+            "fast_refused": 0}
+    for q, nf, line in zip(queries, named, got):
         ws_status, ws, sel_status, kernel, transposed, tuned, split, sel_ws, run_status, run_kernel, run_split, small = \
             map(int, line.split())
-        order = [f] if f else dispatch_order(r.kernels, r.tuning, q)
+        f = nf[1] if nf else None
+        order = ([f] if f else []) if nf else dispatch_order(r.kernels, r.tuning, q)
         if not order:
             assert (ws_status, sel_status, run_status) == (1, 1, 1), (q, line)
             continue
+        # a fast-accum kernel runs only for a caller who opted in, or named it
+        if r.kernels[kernel].fast_accum:
+            assert q.op.fast_accum or f, (q, line)
+            seen["fast_forced" if f and not q.op.fast_accum else "fast_dispatched"] += 1
+        elif not nf and not q.op.fast_accum and dispatch_order(r.kernels, r.tuning, _allow(q))[0] != order[0]:
+            seen["fast_refused"] += 1   # the opt-in would have run another (fast-accum) kernel first
         splits = [effective_split_k(r.kernels, r.tuning, c, q) for c in order]
         first = order[0]
         # select and launch: the dispatch's first candidate, at its effective split (forced: the caller's)
@@ -643,6 +874,134 @@ def test_cpp_api_queries_and_launches_with_the_effective_split(tmp_path):
         seen["workspace"] += ws > 0
         seen["max_other"] += most > sel_ws
     assert seen["tuned_split"] > 20 and seen["forced_tuned"] > 3 and seen["workspace"] > 50 and seen["max_other"] > 10, seen
+    assert seen["fast_forced"] > 3 and seen["fast_dispatched"] > 10 and seen["fast_refused"] > 3, seen
+
+
+# For each problem on stdin (the probe's 17 integers, then a kernel name or "-"): what select says (status, kernel,
+# tuned, transposed), what gemm launched, and the select's error message; `--info`: each kernel's fast_accum.
+_FA_MAIN = """\
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include "{lib}/{lib}.h"
+extern int g_run_kernel, g_run_split;
+int main(int argc, char** argv) {{
+  if (argc > 1 && std::strcmp(argv[1], "--info") == 0) {{
+    for (int i = 0; i < {lib}_kernel_count(); ++i) {{
+      {lib}_kernel_info info;
+      info.struct_size = sizeof(info);
+      if ({lib}_get_kernel_info(i, &info) != 0) return 1;
+      std::printf("%s %d\\n", info.name, info.fast_accum);
+    }}
+    return 0;
+  }}
+  std::string line;
+  while (std::getline(std::cin, line)) {{
+    std::istringstream in(line);
+    long long v[17];
+    std::string kernel;
+    for (long long& x : v) in >> x;
+    in >> kernel;
+    {lib}_gemm_problem p;
+    {lib}_gemm_problem_init(&p);
+    p.a_type = int(v[0]); p.b_type = int(v[1]); p.c_type = int(v[2]); p.d_type = int(v[3]); p.accumulator_type = int(v[4]);
+    p.a_layout = int(v[5]); p.b_layout = int(v[6]); p.c_layout = int(v[7]); p.activation = int(v[8]); p.bias_kind = int(v[9]);
+    p.m = int(v[10]); p.n = int(v[11]); p.k = int(v[12]); p.batch_count = int(v[13]); p.split_k_slices = int(v[14]);
+    p.fast_accum = int(v[16]);
+    p.A = reinterpret_cast<void*>(0x100000); p.B = p.A; p.D = reinterpret_cast<void*>(0x200000);
+    if (p.bias_kind) p.bias = p.A;
+    if (kernel != "-") p.kernel = kernel.c_str();
+    {lib}_selection sel;
+    sel.struct_size = sizeof(sel);
+    const int sel_status = {lib}_gemm_select(&p, &sel);
+    const std::string message = {lib}_last_error();
+    g_run_kernel = -1;
+    const int run_status = {lib}_gemm(&p, nullptr, 0, nullptr);
+    std::printf("%d %s %d %d %d %s | %s\\n", sel_status, sel_status == 0 ? {lib}_kernel_name(sel.kernel) : "-", sel.tuned,
+                sel.transposed, run_status, g_run_kernel >= 0 ? {lib}_kernel_name(g_run_kernel) : "-", message.c_str());
+  }}
+  return 0;
+}}
+"""
+
+
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None, reason="needs a host C++ compiler")
+def test_cpp_api_fast_accum_is_opt_in(tmp_path):
+    """The generated C API on a library holding fp8 kernels with and without fast accumulation: without the opt-in
+    it never selects or launches a fast-accum kernel (not even one tuned for the exact shape), with it it may (tuned
+    or fallback) and still takes a normal one where that is nearer; naming a kernel works either way; bad values and
+    fast-only problems are clear errors; get_kernel_info says which kernels are fast-accum. The Python twin agrees."""
+    r, out, _ = _fast_accum_library(tmp_path)
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "cuda_runtime_api.h").write_text(_FAKE_CUDA)
+    rows = "\n".join(f"  {{&query<{k.index}>, &run<{k.index}>}}," for k in r.kernels)
+    (fake / "fake_kernels.cpp").write_text(_FAKE_KERNELS.format(lib="falib", rows=rows))
+    (fake / "main.cpp").write_text(_FA_MAIN.format(lib="falib"))
+    exe = tmp_path / "fa"
+    _compile([f"-I{fake}", f"-I{out / 'include'}", f"-I{out / 'src'}", "-Wno-unused-parameter",
+              str(out / "src/falib_api.cpp"), str(out / "src/falib_table.cpp"), str(fake / "fake_kernels.cpp"),
+              str(fake / "main.cpp"), "-o", str(exe)])
+    info = dict(l.split() for l in subprocess.run([str(exe), "--info"], capture_output=True, text=True,
+                                                   check=True).stdout.splitlines())
+    assert info == {n: str(int(c["fp8_fast_accum"])) for n, c in FA_CFGS.items()}
+
+    by = {k.name: k for k in r.kernels}
+    fp8 = by[FA_FULL].op
+
+    def problem(m, n, k, fast, split_k=1, kernel=None, **op):
+        return Query(op=Op(**{**fp8.__dict__, **op, "fast_accum": fast}), m=m, n=n, k=k, split_k=split_k, cc=90), kernel
+
+    col = {"lc": LAYOUTS["col"]}
+    cases = [   # (problem, kernel or None: dispatch), expected: (kernel selected and launched, tuned, transposed)
+        (problem(4096, 4096, 4096, 0), (FA_FULL, 1, 0)),     # the fast op's winner at this very shape: not without the opt-in
+        (problem(4096, 4096, 4096, 1), (FA_FAST, 1, 0)),     # opted in: the fast op's winner
+        (problem(128, 4096, 4096, 1), (FA_FULL, 1, 0)),      # opted in, but the normal winner's shape is nearer
+        (problem(1000, 1000, 1000, 1), (FA_FAST, 1, 0)),     # both ops' 4096^3 winners equally near: fast-accum first
+        (problem(1000, 1000, 1000, 0), (FA_FULL, 1, 0)),
+        (problem(128, 128, 8192, 1), (FA_SPLIT, 1, 0)),      # the fast split-K kernel's tuned shape
+        (problem(128, 128, 8192, 0), (FA_FULL, 1, 0)),
+        (problem(4096, 4096, 4096, 1, split_k=2), (FA_SPLIT, 1, 0)),   # split_k_slices 2: only the fast split-K kernel
+        (problem(4096, 4096, 4096, 1, **col), (FA_FAST, 1, 1)),        # transposed, opted in
+        (problem(4096, 4096, 4096, 0, **col), (FA_FULL, 1, 1)),        # transposed, not
+        (problem(256, 256, 256, 1, act=ACTIVATIONS["relu"]), (FA_RELU, 0, 0)),
+        (problem(256, 256, 256, 0, kernel=FA_FAST), (FA_FAST, 2, 0)),  # named: runs without the opt-in
+        (problem(256, 256, 256, 0, kernel=FA_FAST, **col), (FA_FAST, 2, 1)),
+        (problem(256, 256, 256, 1, kernel=FA_FULL), (FA_FULL, 2, 0)),
+        (problem(256, 256, 256, 1, a=DTYPES["bf16"], b=DTYPES["bf16"], acc=3), (FA_BF16, 0, 0)),  # no effect on bf16
+    ]
+    errors = [   # (problem, status, words in the message)
+        (problem(256, 256, 256, 0, act=ACTIVATIONS["relu"]), 1,
+         ["only fp8 fast-accumulation kernels (1) can run", "problem.fast_accum = 1", "fast_accum=True"]),
+        (problem(4096, 4096, 4096, 0, split_k=2), 1, ["only fp8 fast-accumulation kernels (1) can run", "split_k_slices=2"]),
+        (problem(256, 256, 256, 2), 2, ["fast_accum=2: must be 0", "or 1"]),
+        (problem(256, 256, 256, -1), 2, ["fast_accum=-1"]),
+        (problem(256, 256, 256, 0, kernel=FA_FAST, act=ACTIVATIONS["relu"]), 1,
+         [f"kernel {FA_FAST} computes e4m3 x e4m3", "fp8 fast accumulation; the problem asks for"]),
+        (problem(256, 256, 256, 1, kernel=FA_RELU), 1, ["activation relu, bias none, fp8 fast accumulation",
+                                                       "activation identity, bias none, fast accumulation allowed"]),
+    ]
+    lines = [_query_line(q) + " " + (kernel or "-") for (q, kernel), _ in cases] + \
+            [_query_line(q) + " " + (kernel or "-") for (q, kernel), _, _ in errors]
+    got = subprocess.run([str(exe)], input="\n".join(lines) + "\n", capture_output=True, text=True, check=True).stdout
+    got = got.splitlines()
+    assert len(got) == len(lines)
+    for ((q, kernel), (want, tuned, transposed)), line in zip(cases, got):
+        head, _, message = line.partition(" | ")
+        assert head.split() == ["0", want, str(tuned), str(transposed), "0", want], (q, kernel, line)
+        # the Python twin: the same first candidate
+        c = forced(r.kernels, by[kernel].index, q) if kernel else dispatch_order(r.kernels, r.tuning, q)[0]
+        assert (r.kernels[c.kernel].name, int(c.transposed)) == (want, transposed)
+        assert c.tuning == {1: c.tuning if c.tuning >= 0 else -99, 0: -1, 2: -2}[tuned]
+    for ((q, kernel), status, words), line in zip(errors, got[len(cases):]):
+        head, _, message = line.partition(" | ")
+        assert head.split()[:2] == [str(status), "-"] and head.split()[4:] == [str(status), "-"], line
+        for w in words:
+            assert w in message, (w, message)
+        if status == 1 and not kernel:
+            assert dispatch_order(r.kernels, r.tuning, q) == [] and dispatch_order(r.kernels, r.tuning, _allow(q))
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None and shutil.which("cc") is None, reason="needs a C compiler")
@@ -687,6 +1046,15 @@ def test_loader_module_imports_without_gpu(manifest_dir, tmp_path):
         assert mod.Operand(0, (32, 64), (1, 32), "bf16").layout() == (LAYOUTS["col"], 32)
         with pytest.raises(ValueError, match="neither row- nor column-major"):
             mod.Operand(0, (32, 64), (2, 64), "bf16").layout()
+        # the fast-accumulation opt-in: a keyword of gemm / select / workspace_size, off by default, a bool
+        import inspect
+        assert inspect.signature(mod.gemm).parameters["fast_accum"].default is False
+        assert "fast_accum" in mod.select.__doc__ and "fast_accum=True" in mod.gemm.__doc__
+        for call in (mod.gemm, mod.select, mod.workspace_size):
+            with pytest.raises(ValueError, match="fast_accum must be True or False"):
+                call(op, op, fast_accum=1)
+        assert [f for f, _ in mod.Problem._fields_].count("fast_accum") == 1 and "reserved" not in dict(mod.Problem._fields_)
+        assert mod.KernelInfo._fields_[-1][0] == "fast_accum"
         os.environ["MYKERNELS_LIBRARY"] = str(tmp_path / "nowhere.so")
         with pytest.raises(OSError, match="libmykernels.so not found"):
             mod.load()

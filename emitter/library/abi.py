@@ -18,7 +18,7 @@ PROBLEM_FIELDS: tuple[tuple[str, str], ...] = (
     ("a_layout", "c_int32"), ("b_layout", "c_int32"), ("c_layout", "c_int32"),
     ("activation", "c_int32"), ("bias_kind", "c_int32"),
     ("clamp_min", "c_float"), ("clamp_max", "c_float"), ("alpha", "c_float"), ("beta", "c_float"),
-    ("reserved", "c_int32"),
+    ("fast_accum", "c_int32"),   # was `reserved` (always 0) before fp8 fast accumulation: same layout
     ("A", "c_void_p"), ("B", "c_void_p"), ("C", "c_void_p"), ("D", "c_void_p"), ("bias", "c_void_p"),
     ("lda", "c_int64"), ("ldb", "c_int64"), ("ldc", "c_int64"), ("ldd", "c_int64"),
     ("batch_stride_a", "c_int64"), ("batch_stride_b", "c_int64"), ("batch_stride_c", "c_int64"),
@@ -44,6 +44,7 @@ KERNEL_INFO_FIELDS: tuple[tuple[str, str], ...] = (
     ("tile_m", "c_int32"), ("tile_n", "c_int32"), ("tile_k", "c_int32"),
     ("cluster_m", "c_int32"), ("cluster_n", "c_int32"), ("cluster_k", "c_int32"),
     ("batched", "c_int32"), ("split_k", "c_int32"), ("tuned_shapes", "c_int32"),
+    ("fast_accum", "c_int32"),   # appended (the struct grows at the end; older callers' struct_size stops before it)
 )
 
 

@@ -13,22 +13,31 @@ templates/library/dispatch.h.j2 -- and tested to agree (tests/test_library.py co
 1. candidates: kernels whose operation matches the problem exactly (A/B/C/D types, accumulator unless
    the problem says "any", layouts, activation (+ clamp bounds), bias kind), that run on the device
    (sm_90a kernels: exactly compute capability 9.0; 2.x kernels: cc >= their arch, through PTX), batched
-   when batch > 1, split-K when split_k_slices > 1;
+   when batch > 1, split-K when split_k_slices > 1. Fast accumulation (sm90a fp8 `fp8_fast_accum`) is
+   part of a kernel's operation, and in a query `Op.fast_accum` is the caller's opt-in (C:
+   problem.fast_accum, like cuBLASLt's CUBLASLT_MATMUL_DESC_FAST_ACCUM): a fast-accum kernel is a
+   candidate only for a caller who opted in; a normal kernel is one for every caller;
 2. tuned order: every tuning record whose kernel is a candidate gets the key
-   (measured on another GPU generation, distance, record index), where "another generation" means the
-   record's GPU compute capability is known and differs from the device's, and the distance is
+   (measured on another GPU generation, distance, not fast-accum, record index), where "another
+   generation" means the record's GPU compute capability is known and differs from the device's, and
+   the distance is
    |log2 m - log2 m'| + |log2 n - log2 n'| + |log2 k - log2 k'| + |log2 batch - log2 batch'|
    (integers in 16.16 fixed point: bit-identical in both languages); each candidate's key is the
    smallest among its records; candidates with records come first, by key. So the kernel that won
    the nearest profiled shape on this kind of GPU is tried first, then the winner of the next nearest
-   shape, ..., then winners measured on other GPUs;
+   shape, ..., then winners measured on other GPUs. "not fast-accum" only matters to an opted-in
+   caller: at equal distance the fast-accum op's winner comes before the normal op's (the caller asked
+   for speed); without the opt-in every candidate is a normal kernel;
 3. the remaining candidates follow by `fallback_rank` (newest arch first, widest alignment, largest
-   tile, then name).
+   tile, fast-accum before normal, then name).
 
 The library then asks each candidate's host shim (can_implement: alignment, strides, shape) in that
 order and launches the first that accepts; if none does it returns NOT_SUPPORTED. When the problem's
 layouts have no direct candidates, it also tries the transposed problem D^T = B^T A^T (see
 `transpose`), after the direct candidates.
+A kernel the caller names (problem.kernel; `forced`) skips the order: it runs when it computes the
+problem's operation (directly or transposed), whether or not it is a fast-accum kernel and the caller
+opted in.
 
 Each candidate is asked (and launched) with one split-K slice count, `effective_split_k` (C++:
 `<lib>_detail::effective_split_k`): the caller's split_k_slices when it is > 1 (explicit wins) or when the
@@ -99,6 +108,8 @@ class Op:
     bias: int
     clamp_min: float = 0.0
     clamp_max: float = 0.0
+    # kernel: accumulates fp8 with fast accumulation (fp8_fast_accum); query: the caller allows such kernels
+    fast_accum: bool = False
 
 
 @dataclass(frozen=True)
@@ -128,6 +139,10 @@ class KernelRecord:
     @property
     def cutlass_major(self) -> int:
         return ARCHES[self.arch][2]
+
+    @property
+    def fast_accum(self) -> bool:
+        return self.op.fast_accum
 
     def runs_on(self, cc: int) -> bool:
         return cc == self.cc if self.arch_specific else cc >= self.cc
@@ -166,6 +181,27 @@ class ExportError(ValueError):
     pass
 
 
+FP8 = ("e4m3", "e5m2")
+FAST_ACCUM_ARCHES = ("sm90a",)
+
+
+def config_fast_accum(cfg: dict[str, Any], name: str = "", arch: str | None = None) -> bool:
+    """A manifest config's `fp8_fast_accum`, checked: a bool, and set only where CUTLASS has fast
+    accumulation (sm90a, fp8 A and B) -- anything else is a hand-edited or foreign manifest, and exporting
+    it would label a kernel with numerics it does not have."""
+    value = cfg.get("fp8_fast_accum", False)
+    where = f"{name}: " if name else ""
+    if not isinstance(value, bool):
+        raise ExportError(f"{where}fp8_fast_accum must be true or false, got {value!r} (was the manifest edited?)")
+    if value:
+        arch = arch or cfg.get("arch")
+        if arch not in FAST_ACCUM_ARCHES or cfg.get("a") not in FP8 or cfg.get("b") not in FP8:
+            raise ExportError(f"{where}fp8_fast_accum is set on a {arch} kernel with a={cfg.get('a')}, b={cfg.get('b')}: "
+                              f"fast accumulation is a mode of the sm90a fp8 wgmma (e4m3/e5m2 A and B) only; the "
+                              f"manifest was edited or is not emitter's (re-run `emitter emit`)")
+    return value
+
+
 def kernel_op(cfg: dict[str, Any]) -> Op:
     ep = cfg.get("epilogue") or {}
     act = ep.get("activation", "identity")
@@ -173,17 +209,18 @@ def kernel_op(cfg: dict[str, Any]) -> Op:
     return Op(a=DTYPES[cfg["a"]], b=DTYPES[cfg["b"]], c=DTYPES[cfg["c"]], d=DTYPES[cfg["d"]],
               acc=DTYPES[cfg["accumulator"]], la=LAYOUTS[cfg["layout_a"]], lb=LAYOUTS[cfg["layout_b"]],
               lc=LAYOUTS[cfg["layout_c"]], act=ACTIVATIONS[act], bias=BIASES[ep.get("bias", "none")],
-              clamp_min=cmin, clamp_max=cmax)
+              clamp_min=cmin, clamp_max=cmax, fast_accum=bool(cfg.get("fp8_fast_accum", False)))
 
 
 def fallback_key(r: KernelRecord) -> tuple:
     """Fixed priority among kernels that no tuning record ranks: newest arch first, then the widest
     alignment in bytes (fastest loads; narrower kernels take over when it cannot implement), then the
-    largest tile (most work per CTA), then name (deterministic)."""
+    largest tile (most work per CTA), then fast accumulation before full precision (only opted-in
+    callers ever see fast-accum kernels, and they asked for speed), then name (deterministic)."""
     bits = DTYPE_BITS
     cfg = r.config
     align_bytes = min(r.align_a * bits[cfg["a"]], r.align_b * bits[cfg["b"]], r.align_c * bits[cfg["c"]]) // 8
-    return (-r.cc, -align_bytes, -(r.tile[0] * r.tile[1]), -r.tile[2], r.name)
+    return (-r.cc, -align_bytes, -(r.tile[0] * r.tile[1]), -r.tile[2], not r.fast_accum, r.name)
 
 
 def kernel_records(entries: Sequence[dict[str, Any]]) -> list[KernelRecord]:
@@ -197,6 +234,7 @@ def kernel_records(entries: Sequence[dict[str, Any]]) -> list[KernelRecord]:
         if arch not in ARCHES:
             raise ExportError(f"{e['name']}: arch {arch!r} is not supported by `emitter library` "
                               f"(known: {', '.join(ARCHES)})")
+        config_fast_accum(cfg, e["name"], arch)
         cluster = tuple(cfg.get("cluster") or (1, 1, 1))
         recs.append(KernelRecord(
             index=len(recs), name=e["name"], arch=arch, op=kernel_op(cfg),
@@ -227,6 +265,8 @@ def op_matches(k: KernelRecord, q: Query) -> bool:
         return False
     if o.act == ACTIVATIONS["clamp"] and (o.clamp_min != p.clamp_min or o.clamp_max != p.clamp_max):
         return False
+    if o.fast_accum and not p.fast_accum:   # a fast-accum kernel only for a caller who opted in
+        return False
     return True
 
 
@@ -251,19 +291,19 @@ def candidate_order(kernels: Sequence[KernelRecord], tuning: Sequence[TuningReco
     """The kernels to try for `q`, in order (see the module docstring)."""
     ok = [matches(k, q) for k in kernels]
     ql = (log2_fixed(q.m), log2_fixed(q.n), log2_fixed(q.k), log2_fixed(max(q.batch, 1)))
-    best: dict[int, tuple[int, int, int]] = {}
+    best: dict[int, tuple[int, int, int, int]] = {}
     for t in tuning:
         if not ok[t.kernel]:
             continue
         tl = t.logs
         dist = sum(abs(a - b) for a, b in zip(ql, tl))
-        key = (int(t.gpu_cc != 0 and t.gpu_cc != q.cc), dist, t.index)
+        key = (int(t.gpu_cc != 0 and t.gpu_cc != q.cc), dist, int(not kernels[t.kernel].fast_accum), t.index)
         if t.kernel not in best or key < best[t.kernel]:
             best[t.kernel] = key
     tuned = sorted(best, key=lambda i: best[i])
     rest = sorted((k.index for k in kernels if ok[k.index] and k.index not in best),
                   key=lambda i: (kernels[i].fallback_rank, i))
-    return [Candidate(i, best[i][2]) for i in tuned] + [Candidate(i, -1) for i in rest]
+    return [Candidate(i, best[i][3]) for i in tuned] + [Candidate(i, -1) for i in rest]
 
 
 def effective_split_k(kernels: Sequence[KernelRecord], tuning: Sequence[TuningRecord], c: Candidate, q: Query) -> int:
@@ -298,6 +338,19 @@ def dispatch_order(kernels: Sequence[KernelRecord], tuning: Sequence[TuningRecor
     if allow_transpose:
         out += [replace(c, transposed=True) for c in candidate_order(kernels, tuning, transpose(q))]
     return out
+
+
+def forced(kernels: Sequence[KernelRecord], index: int, q: Query, allow_transpose: bool = True) -> Candidate | None:
+    """A kernel the caller named (problem.kernel): runs when it computes the problem's operation, directly or
+    (if allowed) transposed, whatever the caller's fast-accumulation opt-in -- naming a fast-accum kernel is
+    the opt-in. None: it does not compute the problem (the library answers NOT_SUPPORTED)."""
+    k = kernels[index]
+    q = replace(q, op=replace(q.op, fast_accum=True))
+    if matches(k, q):
+        return Candidate(index, -2, False)
+    if allow_transpose and matches(k, transpose(q)):
+        return Candidate(index, -2, True)
+    return None
 
 
 def select(kernels: Sequence[KernelRecord], tuning: Sequence[TuningRecord], q: Query,

@@ -117,7 +117,8 @@ def _op_mismatch(entry: TuningEntry, cfg: dict[str, Any]) -> str | None:
     ep = cfg.get("epilogue") or {}
     want = {"a": cfg["a"], "b": cfg["b"], "c": cfg["c"], "d": cfg["d"], "layout_a": cfg["layout_a"],
             "layout_b": cfg["layout_b"], "layout_c": cfg["layout_c"], "accumulator": cfg["accumulator"],
-            "activation": ep.get("activation", "identity"), "bias": ep.get("bias", "none")}
+            "activation": ep.get("activation", "identity"), "bias": ep.get("bias", "none"),
+            "fast_accum": bool(cfg.get("fp8_fast_accum", False))}
     diff = [f"{k}={entry.op[k]!r} (kernel: {v!r})" for k, v in want.items() if k in entry.op and entry.op[k] != v]
     return ", ".join(diff) if diff else None
 
@@ -192,7 +193,7 @@ def _ops_summary(kernels: Sequence[KernelRecord]) -> str:
     for k in kernels:
         o = k.op
         s = (f"{names[o.a]} x {names[o.b]} + {names[o.c]} -> {names[o.d]} {lay[o.la]}/{lay[o.lb]}/{lay[o.lc]} "
-             f"{acts[o.act]}{bias[o.bias]} on {k.arch}")
+             f"{acts[o.act]}{bias[o.bias]}{' fast-accum (opt-in)' if o.fast_accum else ''} on {k.arch}")
         if s not in seen:
             seen.append(s)
     text = "; ".join(seen[:8]) + ("; ..." if len(seen) > 8 else "")
@@ -373,6 +374,7 @@ def export_library(manifest_dirs: Sequence[str | Path], name: str, out: str | Pa
                       "kernels": sum(1 for k in kernels if k.arch == a)} for a in arch_list},
         "sources": {"manifests": sorted({str(root_of[k.name]) for k in kernels}), "tuning": [str(t) for t in tuning]},
         "kernels": [{"index": k.index, "name": k.name, "arch": k.arch, "fallback_rank": k.fallback_rank,
+                     "fast_accum": k.fast_accum,
                      "source": f"src/instances/{k.name}.cu", "tuned_shapes": sum(1 for t in tuning_recs if t.kernel == k.index),
                      "config": k.config} for k in kernels],
         "tuning": [{"index": t.index, "kernel": by_index[t.kernel].name, "problem": {"m": t.m, "n": t.n, "k": t.k, "batch": t.batch},
@@ -382,7 +384,9 @@ def export_library(manifest_dirs: Sequence[str | Path], name: str, out: str | Pa
             "rule": "exact operation match and arch; tuned kernels first by nearest profiled shape (sum of |log2| "
                     "differences over m, n, k, batch); then fallback_rank; first that can implement runs; "
                     "then the same for the transposed problem; a tuned split-K kernel runs with its record's "
-                    "split_k (clamped to k / tile_k) unless the caller asks for split_k_slices > 1",
+                    "split_k (clamped to k / tile_k) unless the caller asks for split_k_slices > 1; fp8 "
+                    "fast-accumulation kernels (fast_accum) are candidates only when the caller sets "
+                    "problem.fast_accum = 1, and then come before full-precision ones at equal distance or rank",
             "fallback_order": [[k.name for k in sorted(ks, key=lambda k: k.fallback_rank)] for ks in groups.values()],
         },
         "left_out": {"instances": skipped, "tuning_entries": dropped},

@@ -4,7 +4,9 @@ Format (emitter/profile/selection.py `tuning_table`, schema_version 1):
     {"schema_version": 1, "kind": "emitter.tuning_table", "gpu": {...},
      "entries": [{"op": {...}, "problem": {"m": .., "n": .., "k": .., "batch": 1}, "kernel": "<instance name>",
                   "split_k": 1, "median_ms": .., "tflops": .., ...}, ...]}
-Only `problem` and `kernel` are required of an entry; `op` (when present) is checked against the kernel;
+Only `problem` and `kernel` are required of an entry; `op` (when present) is checked against the kernel
+(`op.fast_accum: true` -- its `key` then ends in `_fastacc` -- marks a choice among sm90a fp8 fast-accumulation
+kernels; the library applies it only to callers who opt in to fast accumulation, see `check_op`);
 `split_k` (optional, default 1) is the split-K slice count the winner was timed with -- the library launches
 it with that count (see emitter/library/dispatch.py `effective_split_k`), so it must be 1 unless the kernel
 is a split-K instance (`check_split_k`); `gpu.cc` (when present) tells the dispatch which GPU generation the
@@ -73,6 +75,33 @@ def check_split_k(entry: TuningEntry, kernel_split_k: bool) -> None:
                           f"(set split_k to 1 or drop the entry)")
 
 
+FAST_ACC_SUFFIX = "_fastacc"
+
+
+def check_op(op: Any, where: str) -> dict[str, Any] | None:
+    """An entry's `op` object, with `fast_accum` checked and filled in. `fast_accum` must be a bool; the op
+    key (emitter/profile/records.py Op.key) ends in `_fastacc` exactly when it is true, so a key that says one
+    thing and a flag that says the other is an error (which one is the table's intent cannot be told); a
+    table without `fast_accum` but with a `_fastacc` key gets fast_accum: true. Not a dict: None (no check)."""
+    if not isinstance(op, dict):
+        return None
+    op = dict(op)
+    key = op.get("key")
+    keyed = key.endswith(FAST_ACC_SUFFIX) if isinstance(key, str) else None
+    if "fast_accum" in op:
+        flag = op["fast_accum"]
+        if not isinstance(flag, bool):
+            raise TuningError(f"{where}: op.fast_accum must be true or false, got {flag!r}")
+        if keyed is not None and keyed != flag:
+            raise TuningError(f"{where}: op.fast_accum is {str(flag).lower()} but op.key {key!r} "
+                              f"{'ends' if keyed else 'does not end'} in {FAST_ACC_SUFFIX!r}: fast accumulation is its "
+                              f"own operation (different numerics), so the entry must say one thing; was the table "
+                              f"edited? (fix op.key or op.fast_accum, or drop the entry)")
+    elif keyed:
+        op["fast_accum"] = True
+    return op
+
+
 def _cc(gpu: Any) -> int:
     """The table's GPU compute capability ("9.0", "90", 90, [9, 0]) as 90; 0 when absent or unreadable."""
     cc = gpu.get("cc") if isinstance(gpu, dict) else None
@@ -120,7 +149,7 @@ def load(path: str | Path) -> list[TuningEntry]:
         split_k = _split_k(e, where)
         med = e.get("median_ms")
         out.append(TuningEntry(source=str(p), position=i, kernel=e["kernel"], m=m, n=n, k=k, batch=batch, gpu_cc=gpu_cc,
-                               op=e.get("op") if isinstance(e.get("op"), dict) else None,
+                               op=check_op(e.get("op"), where),
                                median_ms=float(med) if isinstance(med, (int, float)) else None, split_k=split_k,
                                extra={key: e[key] for key in ("tflops", "ratio_to_baseline", "baseline") if key in e}))
     return out

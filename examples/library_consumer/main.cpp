@@ -1,7 +1,8 @@
 // A consumer of a library exported with `emitter library ... --name mykernels`: plain C++ and the CUDA
 // runtime, no CUDA compiler. For every operation the library's kernels compute on this GPU it runs GEMMs
 // through mykernels_gemm (dispatch), checks each result against a host reference in double precision,
-// then runs every kernel once by name, and checks the error paths.
+// then runs every kernel once by name, checks that fp8 fast-accumulation kernels are picked only with the
+// opt-in (problem.fast_accum), and checks the error paths.
 //
 //   consumer                 all checks
 //   consumer --list          the kernels and whether this build has them
@@ -320,14 +321,17 @@ int main(int argc, char** argv) {
 
   std::vector<Op> ops;
   std::vector<std::string> names;
+  std::vector<int> fast_kernels;
   for (int i = 0; i < mykernels_kernel_count(); ++i) {
     mykernels_kernel_info info;
     std::memset(&info, 0, sizeof info);
     info.struct_size = sizeof info;
     if (mykernels_get_kernel_info(i, &info) != MYKERNELS_STATUS_SUCCESS) return 3;
     const bool runs = info.available && (info.arch_specific ? cc == info.arch : cc >= info.arch);
-    std::printf("  kernel %2d %s %s%s\n", i, runs ? "runs   " : (info.available ? "no-arch" : "not-built"), info.name,
-                info.tuned_shapes ? (" (tuned for " + std::to_string(info.tuned_shapes) + " shapes)").c_str() : "");
+    std::printf("  kernel %2d %s %s%s%s\n", i, runs ? "runs   " : (info.available ? "no-arch" : "not-built"), info.name,
+                info.tuned_shapes ? (" (tuned for " + std::to_string(info.tuned_shapes) + " shapes)").c_str() : "",
+                info.fast_accum ? " [fp8 fast accumulation: opt-in]" : "");
+    if (runs && info.fast_accum) fast_kernels.push_back(i);
     if (!runs || !dtype_bytes(info.a_type) || !dtype_bytes(info.b_type) || !dtype_bytes(info.c_type) ||
         !dtype_bytes(info.d_type) || info.activation == MYKERNELS_ACTIVATION_CLAMP || info.batched || info.split_k)
       continue;
@@ -373,6 +377,38 @@ int main(int argc, char** argv) {
                   mykernels_last_error());
     } else {
       report("misalign", op, 128, 128, 1001, 0.0f, r);   // a kernel with alignment 1 ran it: it must be right
+    }
+  }
+  // fp8 fast accumulation is opt-in: for each fast-accum kernel's operation, dispatch without problem.fast_accum
+  // never selects a fast-accum kernel (a full-precision one, or NOT_SUPPORTED); with it, something runs
+  for (int index : fast_kernels) {
+    mykernels_kernel_info info;
+    std::memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    mykernels_get_kernel_info(index, &info);
+    mykernels_gemm_problem p;
+    mykernels_gemm_problem_init(&p);
+    p.m = p.n = p.k = 1024;
+    p.a_type = info.a_type; p.b_type = info.b_type; p.c_type = info.c_type; p.d_type = info.d_type;
+    p.a_layout = info.a_layout; p.b_layout = info.b_layout; p.c_layout = info.c_layout;
+    p.activation = info.activation; p.bias_kind = info.bias_kind;
+    p.clamp_min = -1.0f; p.clamp_max = 1.0f;
+    if (info.activation == MYKERNELS_ACTIVATION_CLAMP) continue;   // the bounds are the kernel's: not in kernel_info
+    for (int allow = 0; allow <= 1; ++allow) {
+      p.fast_accum = allow;
+      mykernels_selection sel;
+      std::memset(&sel, 0, sizeof sel);
+      sel.struct_size = sizeof sel;
+      const mykernels_status s = mykernels_gemm_select(&p, &sel);
+      mykernels_kernel_info chosen;
+      std::memset(&chosen, 0, sizeof chosen);
+      chosen.struct_size = sizeof chosen;
+      if (s == MYKERNELS_STATUS_SUCCESS) mykernels_get_kernel_info(sel.kernel, &chosen);
+      const bool ok = allow ? s == MYKERNELS_STATUS_SUCCESS
+                            : (s == MYKERNELS_STATUS_SUCCESS ? !chosen.fast_accum : s == MYKERNELS_STATUS_NOT_SUPPORTED);
+      (ok ? passes : failures)++;
+      std::printf("%s fastacc   %s fast_accum=%d -> %s\n", ok ? "PASS" : "FAIL", info.name, allow,
+                  s == MYKERNELS_STATUS_SUCCESS ? chosen.name : mykernels_last_error());
     }
   }
   // every kernel once, by name
