@@ -3,6 +3,7 @@ cuBLAS, print the table and write the performance report.
 
     python3 benchmarks/profile_sm90a.py --out $OUT/sm90a            # everything (make bench-gpu)
     python3 benchmarks/profile_sm90a.py --shapes quick -j 16        # a short sweep
+    python3 benchmarks/profile_sm90a.py --out $OUT/sm90a --resume   # finish a run that was cut short
     python3 benchmarks/profile_sm90a.py --report-only results/sm90a --doc docs/performance.md
                                                                     # no GPU: the report from a run's outputs
 
@@ -255,6 +256,8 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--skip-build", action="store_true", help="reuse the build in --gen")
     ap.add_argument("--stall-timeout", type=float, default=120.0, help="seconds before a hung kernel is killed")
+    ap.add_argument("--resume", action="store_true",
+                    help="finish a run cut short in --out: keep its measurements (and its verify report), take the rest")
     ap.add_argument("--report-only", metavar="RUN", help="no GPU: write the report from RUN's outputs")
     ap.add_argument("--doc", default=None, help="also write this markdown report (e.g. docs/performance.md)")
     ap.add_argument("--notes", default="docs/performance_notes.md",
@@ -286,7 +289,7 @@ def main() -> int:
         # exit 1 = some instance failed to build: reported in the log, the rest is profiled
         times["build"] = step("build", py + ["build", str(gen), "-j", str(args.jobs), "--no-progress", *sel],
                               out / "build.log", ok_codes=(0, 1))
-    if not args.no_verify:
+    if not args.no_verify and not (args.resume and (out / "verify.json").is_file()):
         commands.append(f"python3 -m emitter verify gen --quick {' '.join(shlex.quote(a) for a in sel)}")
         times["verify"] = step("verify", py + ["verify", str(gen), "--quick", "-q", "--json", str(out / "verify.json"),
                                                *sel], out / "verify.log", ok_codes=(0, 1))
@@ -304,9 +307,14 @@ def main() -> int:
         + f"output: {{dir: {json.dumps(str(out / 'profile'))}}}\n")
     commands.append(f"python3 -m emitter profile profile.yaml -o profile   # profile.yaml: {SHAPES[args.shapes]}, "
                     f"repeats {args.repeats}, {args.min_duration_ms:g} ms per repeat")
-    (out / "run.json").write_text(json.dumps({"commands": commands, "times": times, "argv": sys.argv[1:]}, indent=1))
-    times["profile"] = step("profile", py + ["profile", str(config), "-o", str(out / "profile"), "--stall-timeout",
-                                             str(args.stall_timeout)], out / "profile.log")
+    if args.resume and (out / "run.json").is_file():     # the first sitting's commands and step times
+        first = json.loads((out / "run.json").read_text())
+        times = {**first.get("times", {}), **{k: v for k, v in times.items() if k not in first.get("times", {})}}
+    else:
+        (out / "run.json").write_text(json.dumps({"commands": commands, "times": times, "argv": sys.argv[1:]}, indent=1))
+    times["profile"] = times.get("profile", 0.0) + step(
+        "profile", py + ["profile", str(config), "-o", str(out / "profile"), "--stall-timeout", str(args.stall_timeout)]
+        + (["--resume"] if args.resume else []), out / "profile.log" if not args.resume else out / "profile.resume.log")
     (out / "run.json").write_text(json.dumps({"commands": commands, "times": times, "argv": sys.argv[1:]}, indent=1))
     write_report(out, Path(args.doc).resolve() if args.doc else None, ROOT / args.notes if args.notes else None)
     return 0

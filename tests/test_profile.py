@@ -685,3 +685,28 @@ def test_replay_from_worker_logs_of_a_run_cut_short(manifest_dir, tmp_path):
     assert (tmp_path / "again" / "profile.json").is_file() and "replaying" in res.output
     with pytest.raises(Exception, match="no shard"):
         outcome_from_logs(tmp_path)
+
+
+def test_resume_keeps_what_was_measured_and_takes_the_rest(manifest_dir, tmp_path):
+    """`emitter profile --resume`: a sweep cut short is finished in a second sitting; nothing measured twice,
+    nothing lost, and a work directory of another plan is refused."""
+    from emitter.profile.runner import ProfileError
+
+    cfg = _fake_config(manifest_dir)
+    pl = plan(cfg)
+    full = run(cfg, pl, tmp_path / "full", [0], backend="fake", isolate=False)
+    out = tmp_path / "cut"
+    run(cfg, pl, out, [0], backend="fake", isolate=False)
+    log = next((out / "work").glob("shard*.jsonl"))
+    lines = log.read_text().splitlines()
+    results = [i for i, line in enumerate(lines) if '"type": "result"' in line]
+    kept = results[: len(results) // 3]
+    log.write_text("\n".join(lines[: kept[-1] + 1]) + "\n")
+    again = run(cfg, pl, out, [0], backend="fake", resume=True)          # real worker processes
+    key = lambda m: (m.kind, m.label, m.op.key, m.problem.key)          # noqa: E731
+    assert sorted(map(key, again.measurements)) == sorted(map(key, full.measurements))
+    recorded = [l for l in log.read_text().splitlines() if '"type": "result"' in l]
+    assert len(recorded) == len(full.measurements)                        # the kept ones were not re-measured
+    other = cfg.replace(problems=cfg.problems[:1])
+    with pytest.raises(ProfileError, match="other problems"):
+        run(other, plan(other), out, [0], backend="fake", resume=True)

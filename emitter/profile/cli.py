@@ -47,13 +47,16 @@ def _problems(values: tuple[str, ...]):
 @click.option("--replay", type=click.Path(exists=True, path_type=Path), default=None,
               help="re-select and re-report recorded results without running anything: a profile.json, or the "
                    "work/ directory of a run cut short (its workers' logs)")
+@click.option("--resume", is_flag=True,
+              help="keep the measurements already in -o's work/ (an earlier run of this config, cut short) and "
+                   "take only the missing ones")
 @click.option("--stall-timeout", type=click.FloatRange(1), default=300.0, show_default=True,
               help="seconds without progress before a worker (a hung kernel) is killed and the kernel marked fault")
 @click.option("--tie-tolerance", type=click.FloatRange(0, 0.5), default=None,
               help="relative floor of the noise used to call kernels tied (default: config, 0.01)")
 def profile_cmd(config: Path | None, out: Path | None, select: tuple[str, ...], exclude: tuple[str, ...],
                 problems: tuple[str, ...], gpus: str | None, backend: str, no_check: bool, no_baseline: bool,
-                quick: bool, all_kernels: bool, no_plots: bool, replay: Path | None, stall_timeout: float, tie_tolerance: float | None) -> None:
+                quick: bool, all_kernels: bool, no_plots: bool, replay: Path | None, resume: bool, stall_timeout: float, tie_tolerance: float | None) -> None:
     """Profile the kernels of CONFIG (a profile YAML) against cuBLAS in the same run.
 
     Each kernel is checked for correctness on each problem, then timed with CUDA events (warm-up, median of
@@ -66,6 +69,7 @@ def profile_cmd(config: Path | None, out: Path | None, select: tuple[str, ...], 
     emitter profile configs/profile/square.yaml --select 'a=bf16' --problem 8192x8192x8192
     emitter profile --replay results/profile.json --all-kernels
     emitter profile --replay results/work -o results     # a run that was killed before it wrote profile.json
+    emitter profile configs/profile/llm_shapes.yaml -o results --resume   # finish that run instead
     """
     from emitter.profile import report as rep
     from emitter.profile.config import Timing, load_config
@@ -125,7 +129,7 @@ def profile_cmd(config: Path | None, out: Path | None, select: tuple[str, ...], 
     console.print(f"profiling {len(the_plan.instances)} kernels x {len(the_plan.problems)} problems on "
                   f"{len(gpu_list)} GPU{'s' if len(gpu_list) > 1 else ''} ({backend}); "
                   f"check={'on' if cfg.check else 'OFF'}, baselines={', '.join(cfg.baselines) or 'none'}")
-    outcome = run(cfg, the_plan, out_dir, gpu_list, backend=backend, stall_timeout_s=stall_timeout)
+    outcome = run(cfg, the_plan, out_dir, gpu_list, backend=backend, stall_timeout_s=stall_timeout, resume=resume)
     for f in outcome.fatal:
         console.print(f"[red]{f}[/red]")
     if not outcome.measurements:

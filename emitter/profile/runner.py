@@ -151,7 +151,10 @@ class _Shard:
 
 def run(config: ProfileConfig, the_plan: Plan, out_dir: Path, gpus: list[int], backend: str = "pycuda",
         faults: list[dict[str, Any]] | None = None, model: dict[str, Any] | None = None,
-        stall_timeout_s: float = 300.0, isolate: bool = True) -> RunOutcome:
+        stall_timeout_s: float = 300.0, isolate: bool = True, resume: bool = False) -> RunOutcome:
+    """Measure the plan on `gpus` (one worker process per GPU shard, restarted after faults). With `resume`,
+    the measurements already in <out>/work from an earlier run of the same config and plan are kept and
+    not taken again (a long sweep done in several sittings, or one that was cut short)."""
     work = out_dir / "work"
     work.mkdir(parents=True, exist_ok=True)
     base = {"config": config.to_json(), "instances": the_plan.instances, "backend": backend}
@@ -161,7 +164,9 @@ def run(config: ProfileConfig, the_plan: Plan, out_dir: Path, gpus: list[int], b
         base["model"] = model
     shards = [_Shard(i, g, ps, work) for i, (g, ps) in enumerate(zip(gpus, shard(the_plan.problems, len(gpus)))) if ps]
     for s in shards:
-        if s.log_path.exists():
+        if resume:
+            _resume(s, base, work)
+        elif s.log_path.exists():
             s.log_path.unlink()
     restarts = 0
     fatal: list[str] = []
@@ -267,6 +272,31 @@ def run(config: ProfileConfig, the_plan: Plan, out_dir: Path, gpus: list[int], b
                 if f"gpu{s.gpu}: {r['reason']}" not in fatal:
                     fatal.append(f"gpu{s.gpu}: {r['reason']}")
     return RunOutcome(measurements, envs, restarts, fatal)
+
+
+def _resume(s: "_Shard", base: dict[str, Any], work: Path) -> None:
+    """Pre-fill a shard's skip lists from its log of an earlier run; refuse a log of another config/plan."""
+    job_path = work / f"shard{s.index}.job.json"
+    if not s.log_path.exists():
+        return
+    if job_path.exists():
+        old = json.loads(job_path.read_text(encoding="utf-8"))
+        same = (old.get("config", {}).get("problems") == base["config"].get("problems")
+                and old.get("config", {}).get("timing") == base["config"].get("timing")
+                and sorted(i["entry"]["name"] for i in old.get("instances", []))
+                == sorted(i["entry"]["name"] for i in base["instances"])
+                and [p for p in old.get("problems", [])] == [p.as_dict() for p in s.problems])
+        if not same:
+            raise ProfileError(f"{work}: the recorded run measured other problems, kernels or timing than this "
+                               "one\n  fix: drop --resume to start afresh, or give another output directory")
+    for r in _read_log(s.log_path):
+        if r.get("type") == "result":
+            m = r["measurement"]
+            pkey = Problem.from_dict(m["problem"]).key
+            if m["kind"] == "kernel":
+                s.skip.append([m["name"], pkey])
+            else:
+                s.skip_baselines.append(["baseline", m["op"]["key"], pkey])
 
 
 def outcome_from_logs(work: Path) -> tuple[RunOutcome, "ProfileConfig"]:
