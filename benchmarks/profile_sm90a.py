@@ -204,7 +204,8 @@ def markdown(summary: dict, commands: list[str], times: dict, plots: list[str], 
                     + (f" Square + large-LLM (M >= 2048) shapes: {g['geomean_square_and_large_llm']:.3f}x."
                        if g.get("geomean_square_and_large_llm") else "")]
     out += ["", "The tuning table of this run (best kernel and split-K count per shape, for "
-            "`emitter library <gen> --tuning docs/perf/tuning.json`) is in docs/perf/tuning.json."]
+            "`emitter library <gen> --tuning docs/perf/tuning.json`) is in docs/perf/tuning.json; the tables above as "
+            "JSON in docs/perf/summary.json."]
     if plots:
         out += ["", "## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in plots]
     if notes:
@@ -221,15 +222,16 @@ def write_report(run: Path, doc: Path | None, notes_file: Path | None) -> None:
     if doc is not None:
         doc.parent.mkdir(parents=True, exist_ok=True)
         plot_dir = doc.parent / "perf"
+        plot_dir.mkdir(parents=True, exist_ok=True)
         # the ratio plots (best kernel / baseline per shape); the TFLOP/s plots of every kernel stay in RUN
         src = sorted((run / "profile" / "plots").glob("*_ratio.png")) if (run / "profile" / "plots").is_dir() else []
         if src:
-            plot_dir.mkdir(parents=True, exist_ok=True)
             for p in src:
                 shutil.copyfile(p, plot_dir / p.name)
                 plots.append(f"perf/{p.name}")
         if (run / "profile" / "tuning.json").is_file():   # the measured tuning table, for `emitter library --tuning`
             shutil.copyfile(run / "profile" / "tuning.json", plot_dir / "tuning.json")
+        shutil.copyfile(run / "summary.json", plot_dir / "summary.json")   # the tables as data
         notes = notes_file.read_text() if notes_file and notes_file.is_file() else ""
         if (run / "verify.json").is_file():      # the same build, verified before it was profiled
             v = json.loads((run / "verify.json").read_text())
