@@ -275,6 +275,9 @@ REJECTED = [
     ("shared-memory", dict(a=T.f32, d=T.f32, tile=(128, 256, 64), layout="tnt", stages=3)),
     ("accumulator-registers", dict(tile=(256, 256, 64))),
     ("accumulator-registers", dict(tile=(128, 256, 64), kernel=KernelSchedule.pingpong)),
+    # f32 nn 256x64x64 ping-pong: 128 accumulators + 128 registers of A (seed 801566: C7510 with nvcc 13.0)
+    ("accumulator-registers-rmem-a", dict(a=T.f32, d=T.f32, layout="nnt", tile=(256, 64, 64), cluster=(2, 1, 1),
+                                          kernel=KernelSchedule.pingpong, align=(4, 4, 4))),
     ("fp8-fast-accum", dict(fast_accum=True)),                                           # bf16
     ("fp8-fast-accum", dict(a=T.s8, acc=T.s32, d=T.s8, tile=(128, 128, 128), fast_accum=True)),
     ("fp8-fast-accum-tma", dict(a=T.e4m3, d=T.bf16, tile=(128, 128, 128), cluster=(1, 1, 1), align=(8, 8, 8),

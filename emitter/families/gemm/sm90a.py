@@ -57,6 +57,7 @@ _ACTIVATION_CPP = {
 # --------------------------------------------------------------------------------------------------
 
 MAX_ACCUMULATOR_REGISTERS = 128  # per consumer thread (32-bit accumulators)
+RMEM_A_REGISTERS = 160           # accumulators + A fragments a thread, register-sourced A (tf32 M-major)
 
 
 def _instruction_k(a: DType) -> int:
@@ -427,6 +428,19 @@ def _resolve_schedules(inst: GemmInstance) -> GemmInstance:
               f"registers per thread (more than {limit}): ptxas would serialize the wgmma "
               "pipeline; use a smaller tile (cooperative up to 128x256 or 256x128, ping-pong up to 64x256 or "
               "128x128)")
+    # 32-bit (tf32) A in M-major order (layout n*, B K-major) is read by the register-sourced mainloop, which
+    # holds a stage of A's fragments (tile m x tile k over the consumer threads) in registers besides the
+    # accumulators. Checked with nvcc 13.0: f32 nn 256x64x64 ping-pong (128 + 128 registers) serializes its
+    # wgmma (C7510; found by the accepted-means-compiles test, seed 801566) with and without a fused
+    # epilogue, while tf32 nn 128x128x32 ping-pong and 256x128x32 cooperative (128 + 32) compile clean.
+    a_frag = inst.tile.m * inst.tile.k * inst.a.bits // 32 // consumers
+    if inst.a.bits == 32 and not _k_major_a(inst) and _k_major_b(inst) and acc_regs + a_frag > RMEM_A_REGISTERS:
+        _fail("accumulator-registers-rmem-a",
+              f"{inst.a} A in column-major order (layout {inst.layout_a.letter}{inst.layout_b.letter}) is read "
+              f"through registers: tile {inst.tile} with the {schedule} schedule holds {acc_regs} accumulators "
+              f"and {a_frag} registers of A a thread (more than {RMEM_A_REGISTERS} together): ptxas would "
+              f"serialize the wgmma pipeline; use tile k={max(8, inst.tile.k // 2)} or a smaller tile, or "
+              "row-major A (layout t*)")
     changes.update(kernel_schedule=schedule, tile_scheduler=scheduler)
     inst = inst.replace(**changes)
     return inst.replace(epilogue_schedule=_pick_epilogue(inst))
