@@ -276,6 +276,8 @@ REJECTED = [
     ("accumulator-registers", dict(tile=(256, 256, 64))),
     ("accumulator-registers", dict(tile=(128, 256, 64), kernel=KernelSchedule.pingpong)),
     # f32 nn 256x64x64 ping-pong: 128 accumulators + 128 registers of A (seed 801566: C7510 with nvcc 13.0)
+    ("stages-rmem-a", dict(a=T.f32, d=T.f32, layout="ntt", tile=(256, 64, 32), cluster=(4, 1, 1), stages=2,
+                           align=(4, 4, 4))),
     ("accumulator-registers-rmem-a", dict(a=T.f32, d=T.f32, layout="nnt", tile=(256, 64, 64), cluster=(2, 1, 1),
                                           kernel=KernelSchedule.pingpong, align=(4, 4, 4))),
     ("fp8-fast-accum", dict(fast_accum=True)),                                           # bf16

@@ -519,6 +519,14 @@ def _resolve_instruction(inst: GemmInstance) -> GemmInstance:
 
 
 def _check_shared_memory(inst: GemmInstance) -> None:
+    if inst.stages != AUTO and inst.a.bits == 32 and not (_k_major_a(inst) and _k_major_b(inst)):
+        # CUTLASS 4.2's register-sourced-A builder (32-bit inputs other than TN) reads StageCountType::bytes,
+        # which only StageCountAutoCarveout has: a fixed StageCount<N> does not compile (found by the
+        # accepted-means-compiles test, seed 232904: f32 ntt 256x64x32 with stages 2).
+        _fail("stages-rmem-a",
+              f"stages={inst.stages} with {inst.a} inputs in layout {inst.layout_a.letter}{inst.layout_b.letter}: "
+              "this mainloop (A read through registers) takes only an automatic stage count in CUTLASS 4.2; "
+              "use stages: auto, or layout tn")
     if inst.stages != AUTO:
         if inst.stages < 2:
             _fail("stages-min", f"stages={inst.stages}: the mainloop pipeline needs at least 2 stages; use stages >= 2 "
