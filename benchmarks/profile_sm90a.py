@@ -40,6 +40,9 @@ SHAPES = {
     "all": ["- set: square", "- set: llm"],
     "square": ["- set: square"],
     "llm": ["- set: llm"],
+    # M <= 512 rows of the LLM set: the decode / few-output-tile shapes
+    "small-m": [f"- {{m: [16, 128, 512], n: {n}, k: {k}}}" for n, k in
+                ((4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192), (8192, 8192), (128256, 4096))],
     "quick": ["- square: [1024, 2048, 4096, 8192]",
               "- {m: [16, 128, 2048], n: 4096, k: 4096}",
               "- {m: [16, 8192], n: 14336, k: 4096}",

@@ -23,6 +23,9 @@ def draw_spec(rng: random.Random, arch: str) -> dict[str, Any]:
         if dt in ("e4m3", "e5m2") or rng.random() < 0.05:   # elsewhere: rejected (fp8-fast-accum)
             spec["schedule"]["fp8_fast_accum"] = c([False, True])
         spec["stages"] = c(["auto", "auto", 2, 3, 4, 5, 7])
+        if rng.random() < 0.15:
+            spec["swap_ab"] = True
+            spec["tile"][1] = c([16, 32, 64, 128])      # what swap_ab is for: a few rows as the kernel's N
     else:
         dt = c(["f16", "f16", "bf16", "f32", "f64", "s8"])
         spec["dtype"] = dt

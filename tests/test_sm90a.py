@@ -27,6 +27,7 @@ from emitter.families.gemm.model import (
     AUTO, Activation, Arch, Bias, Epilogue, EpilogueSchedule, GemmInstance, KernelSchedule, Layout, OpClass,
     Rejection, Shape3, SplitK, TileScheduler,
 )
+from emitter.families.gemm.naming import instance_name
 from emitter.render import render_template
 
 ROW, COL = Layout.row, Layout.col
@@ -37,7 +38,7 @@ def make(a=T.bf16, b=None, c=None, d=None, acc=T.f32, compute=None, layout="tnt"
          cluster=(2, 1, 1), stages=AUTO, kernel=KernelSchedule.auto, epilogue=EpilogueSchedule.auto,
          scheduler=TileScheduler.persistent, align=(AUTO, AUTO, AUTO), activation=Activation.identity,
          bias=Bias.none, clamp=(0.0, 6.0), split_k=SplitK.none, batched=False, instruction=None,
-         op_class=OpClass.tensorop, warp=None, fast_accum=False) -> GemmInstance:
+         op_class=OpClass.tensorop, warp=None, fast_accum=False, swap_ab=False) -> GemmInstance:
     """A candidate sm90a instance with every field explicit (defaults: bf16 TN 128x256x64, cluster 2x1x1)."""
     b = b or a
     d = d or c or a
@@ -54,7 +55,7 @@ def make(a=T.bf16, b=None, c=None, d=None, acc=T.f32, compute=None, layout="tnt"
         kernel_schedule=kernel, epilogue_schedule=epilogue, tile_scheduler=scheduler, swizzle=1,
         alignment_a=align[0], alignment_b=align[1], alignment_c=align[2],
         epilogue=Epilogue(activation, bias, clamp[0], clamp[1]), split_k=split_k, batched=batched,
-        fp8_fast_accum=fast_accum)
+        fp8_fast_accum=fast_accum, swap_ab=swap_ab)
 
 
 def ok(inst: GemmInstance) -> GemmInstance:
@@ -282,6 +283,12 @@ REJECTED = [
                                           kernel=KernelSchedule.pingpong, align=(4, 4, 4))),
     ("fp8-fast-accum", dict(fast_accum=True)),                                           # bf16
     ("fp8-fast-accum", dict(a=T.s8, acc=T.s32, d=T.s8, tile=(128, 128, 128), fast_accum=True)),
+    # fp8 full accumulation: 8 k-steps a k-block, promotion every 4 (an H200 run: can_implement refused all)
+    ("fp8-promotion-interval", dict(a=T.e4m3, d=T.bf16, tile=(64, 16, 256), cluster=(1, 1, 1),
+                                    kernel=KernelSchedule.pingpong)),
+    # swap_ab: checked as the kernel CUTLASS builds (tile 64 rows along N: cooperative needs 128)
+    ("cooperative-tile-m", dict(tile=(64, 16, 128), cluster=(1, 1, 1), kernel=KernelSchedule.cooperative,
+                                swap_ab=True)),
     ("fp8-fast-accum-tma", dict(a=T.e4m3, d=T.bf16, tile=(128, 128, 128), cluster=(1, 1, 1), align=(8, 8, 8),
                                 fast_accum=True)),
 ]
@@ -630,6 +637,8 @@ COMPILED = {  # the representative instances of the brief
     "stream_k_split_k_serial": dict(tile=(128, 128, 64), split_k=SplitK.serial),
     "bias_relu": dict(tile=(128, 256, 64), activation=Activation.relu, bias=Bias.column),
     "batched": dict(tile=(128, 128, 64), batched=True, scheduler=TileScheduler.stream_k, d=T.f32, c=T.f32),
+    # decode (M = 16): A and B swapped, the 16 rows are the kernel's tile N
+    "swap_ab_decode": dict(tile=(64, 16, 128), cluster=(2, 1, 1), kernel=KernelSchedule.pingpong, swap_ab=True),
 }
 
 
@@ -688,3 +697,43 @@ def test_representative_instance_compiles(tmp_path, label):
         assert launch.shared_bytes == sm90a._kernel_smem(inst, sm90a._resolved_stages(inst)) or \
             launch.shared_bytes <= sm90a.SMEM_CAPACITY
         assert launch.params_align == 64 and launch.block[0] == 384
+
+
+# ------------------------------------------------------------------------------------------------
+# swap_ab (decode shapes: the kernel computes D^T = B^T A^T)
+
+def test_kernel_view_is_an_involution_that_swaps_operands():
+    inst = make(a=T.e4m3, b=T.e5m2, c=T.bf16, d=T.bf16, tile=(64, 16, 128), cluster=(1, 1, 1),
+                kernel=KernelSchedule.pingpong, align=(16, 8, 8), bias=Bias.row, swap_ab=True)
+    view = sm90a.kernel_view(inst)
+    assert (view.a, view.b) == (T.e5m2, T.e4m3)
+    assert (view.layout_a, view.layout_b, view.layout_c) == (ROW, COL, COL)   # caller tn (row-major D)
+    assert (view.alignment_a, view.alignment_b) == (8, 16)
+    assert view.epilogue.bias is Bias.column and not view.swap_ab
+    assert view.tile == inst.tile and view.cluster == inst.cluster
+    assert sm90a.kernel_view(view) == inst
+
+
+def test_swap_ab_resolves_in_the_callers_terms_and_renders_the_swapped_kernel():
+    inst = make(tile=(64, 16, 128), cluster=(2, 1, 1), kernel=KernelSchedule.pingpong, bias=Bias.row,
+                activation=Activation.relu, swap_ab=True)
+    r = ok(inst)
+    assert r.swap_ab and (r.layout_a, r.layout_b, r.layout_c) == (ROW, COL, ROW)
+    assert r.epilogue.bias is Bias.row and r.instruction == Shape3(64, 16, 16)
+    assert r.config()["swap_ab"] is True and r.config()["layout_c"] == "row"
+    assert "swapab" in instance_name(r) and "swapab" not in instance_name(ok(make()))
+    ctx = sm90a.template_context(r)
+    assert ctx["swap_ab"] and ctx["layout_c"] == "cutlass::layout::ColumnMajor"
+    assert ctx["bias_text"].startswith("one per column")          # the caller's per-row bias, transposed
+    text = render(r, "swapped")
+    assert "swapped.m = caller->n;" in text and "swapped.A = caller->B;" in text
+    assert "swapped.lda = caller->ldb;" in text
+    plain = render(ok(make()), "plain")
+    assert "swapped" not in plain and "const emitter_gemm_problem* p = caller;" in plain
+
+
+def test_swap_ab_rejection_names_the_swapped_kernel():
+    r = sm90a.resolve(make(tile=(64, 16, 128), cluster=(1, 1, 1), kernel=KernelSchedule.cooperative,
+                           swap_ab=True))
+    assert isinstance(r, Rejection) and r.instance.swap_ab
+    assert "swap_ab" in r.reason and "D^T = B^T A^T" in r.reason

@@ -365,7 +365,7 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
                     kernel = kernels[n][0]
                     splits = [1]
                     if kernel is not None and getattr(kernel.config, "split_k", "none") == "serial":
-                        splits = split_k_candidates(kernel.config.tile, problem.m, problem.n, problem.k,
+                        splits = split_k_candidates(kernel.config.problem_tile, problem.m, problem.n, problem.k,
                                                     problem.batch, int(env.get("sm_count") or 1))
                     runs += [(n, s) for s in splits]
                 for n, split in runs:

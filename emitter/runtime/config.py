@@ -42,6 +42,13 @@ class GemmConfig:
     batched: bool = False
     gelu: str = "erf"              # which GELU the epilogue computes: erf (CUTLASS GELU) or tanh (GELU_taylor)
     fast_accum: bool = False       # fp8 fast accumulation (KernelTmaWarpSpecialized*FP8FastAccum)
+    swap_ab: bool = False          # sm90a: the kernel computes D^T = B^T A^T; `tile` is over (N, M, K)
+
+    @property
+    def problem_tile(self) -> tuple[int, int, int]:
+        """The CTA tile over the caller's (M, N, K): a swap_ab kernel's tile m runs along N."""
+        tm, tn, tk = self.tile
+        return (tn, tm, tk) if self.swap_ab else (tm, tn, tk)
 
     @property
     def layout_letters(self) -> str:
@@ -98,6 +105,7 @@ class GemmConfig:
             batched=bool(cfg.get("batched", False)),
             gelu=str(ep.get("gelu", cfg.get("gelu", "")) or _gelu_variant(root, entry, act)),
             fast_accum=bool(cfg.get("fp8_fast_accum", False)),
+            swap_ab=bool(cfg.get("swap_ab", False)),
         )
 
 

@@ -135,7 +135,7 @@ def default_problems(cfg: GemmConfig, quick: bool = False) -> list[VerifyProblem
 
     quick=True leaves out the 4096^3 problem and the long-K problems (CI / fake backend)."""
     mm, mn, mk = dim_multiples(cfg)
-    tm, tn, tk = cfg.tile
+    tm, tn, tk = cfg.problem_tile
 
     def P(m: int, n: int, k: int, data: str, alpha: float = 1.0, beta: float = 0.0, **kw: Any) -> VerifyProblem:
         return VerifyProblem(GemmProblem(_up(m, mm), _up(n, mn), _up(k, mk), alpha=alpha, beta=beta, **kw), data)

@@ -178,6 +178,11 @@ class GemmInstance:
     # the whole K loop in the tensor core's reduced-precision adder instead of promoting partial sums
     # into f32 registers every few k-blocks. sm90a, fp8 A and B, TMA mainloop only.
     fp8_fast_accum: bool = False
+    # Swap A and B (sm90a): the kernel computes D^T = B^T A^T, so a few-row problem (decode, M = 16) gets
+    # the 16 rows as the tile's N instead of wasting a 64-row wgmma tile. Dtypes, layouts, alignments and
+    # bias are the caller's problem (what every API above the host shim sees); tile and cluster are the
+    # kernel's, over (N, M, K). The host shim swaps the operands (cuBLAS's small-M kernels do the same).
+    swap_ab: bool = False
     # where it came from (not part of identity)
     spec_file: str = field(default="", compare=False)
     spec_index: int = field(default=0, compare=False)

@@ -351,6 +351,11 @@ def resolve(inst: GemmInstance) -> GemmInstance | Rejection:
         return _reject(inst, "fp8-fast-accum", f"fp8_fast_accum is a CUTLASS 3.x (sm90a) kernel schedule "
                                                f"(KernelTmaWarpSpecialized*FP8FastAccum): remove it for {arch}, "
                                                f"or use arch sm90a with e4m3/e5m2 inputs")
+    if inst.swap_ab:
+        return _reject(inst, "swap-ab-3x-only", f"swap_ab is a CUTLASS 3.x (sm90a) option of emitter's host shim: "
+                                                f"remove it for {arch} (CUTLASS 2.x's GemmUniversal already "
+                                                f"transposes a column-major-output problem internally), or use "
+                                                f"arch sm90a")
     if inst.cluster is not None:
         return _reject(inst, "cluster-3x-only", f"cluster {inst.cluster} needs thread block clusters (sm90a): "
                                                 f"remove it for {arch}, or use arch sm90a")

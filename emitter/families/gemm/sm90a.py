@@ -15,6 +15,7 @@ accepted (tests/test_sm90a.py enumerates them with cutlass_library), except mixe
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +58,7 @@ _ACTIVATION_CPP = {
 # --------------------------------------------------------------------------------------------------
 
 MAX_ACCUMULATOR_REGISTERS = 128  # per consumer thread (32-bit accumulators)
+FP8_PROMOTION_INTERVAL = 4      # CollectiveMma<MainloopSm90TmaGmmaWarpSpecializedFP8>::Arguments::mma_promotion_interval
 RMEM_A_REGISTERS = 160           # accumulators + A fragments a thread, register-sourced A (tf32 M-major)
 
 
@@ -82,7 +84,7 @@ def _k_major_b(inst: GemmInstance) -> bool:
     return inst.layout_b is Layout.col
 
 
-def _swap_ab(inst: GemmInstance) -> bool:
+def _builder_swaps_ab(inst: GemmInstance) -> bool:
     """8/32-bit wgmma reads K-major operands only; with A K-major and B MN-major CUTLASS swaps A and B
     (computes D^T) and needs the transposed epilogue (cutlass::gemm::EpilogueTransposed)."""
     return not _is_16bit(inst) and _k_major_a(inst) and not _k_major_b(inst)
@@ -218,8 +220,33 @@ def _fail(rule: str, reason: str) -> None:
     raise _Reject(rule, reason)
 
 
+_FLIP = {Layout.row: Layout.col, Layout.col: Layout.row}
+_FLIP_BIAS = {Bias.none: Bias.none, Bias.row: Bias.column, Bias.column: Bias.row}
+
+
+def kernel_view(inst: GemmInstance) -> GemmInstance:
+    """For a swap_ab instance, the GEMM CUTLASS builds: D^T = B^T A^T (A and B swap dtypes and alignments,
+    every layout flips, a per-row bias becomes per-column). An involution: it toggles swap_ab, so
+    kernel_view(kernel_view(x)) == x and a resolved view maps back to the caller's instance."""
+    return inst.replace(
+        a=inst.b, b=inst.a,
+        layout_a=_FLIP[inst.layout_b], layout_b=_FLIP[inst.layout_a], layout_c=_FLIP[inst.layout_c],
+        alignment_a=inst.alignment_b, alignment_b=inst.alignment_a,
+        epilogue=dataclasses.replace(inst.epilogue, bias=_FLIP_BIAS[inst.epilogue.bias]),
+        swap_ab=not inst.swap_ab)
+
+
 def resolve(inst: GemmInstance) -> GemmInstance | Rejection:
-    """Fill derived fields and check every sm90a constraint; a Rejection names the rule and the fix."""
+    """Fill derived fields and check every sm90a constraint; a Rejection names the rule and the fix.
+
+    swap_ab instances are checked as the kernel CUTLASS builds (kernel_view) and returned in the caller's
+    terms, so every rule (tile, smem, registers, layouts) sees the real kernel."""
+    if inst.swap_ab:
+        r = resolve(kernel_view(inst))
+        if isinstance(r, Rejection):
+            return Rejection(inst, r.rule, f"swap_ab (the kernel computes D^T = B^T A^T over (N, M, K), so its "
+                                           f"layouts and tile are the swapped ones): {r.reason}")
+        return kernel_view(r)
     try:
         return _resolve(inst)
     except _Reject as r:
@@ -358,11 +385,11 @@ def _check_layouts(inst: GemmInstance) -> None:
             _fail("tf32-nt-tile-k",
                   f"layout nt with {inst.a}: B is transposed in shared memory in 128-byte rows, so tile k "
                   f"must be {1024 // inst.b.bits} (it is {t.k}): use tile k={1024 // inst.b.bits}, or layout tn")
-    if not _swap_ab(inst) and t.n % t.k:
+    if not _builder_swaps_ab(inst) and t.n % t.k:
         _fail("tf32-tile-n-multiple-of-k",
               f"{inst.a} tile n={t.n} is not a multiple of tile k={t.k} (the 32-bit shared-memory layout of "
               f"B needs it): use tile n={_round_up(t.n, t.k)} or tile k={math.gcd(t.n, t.k)}")
-    if _swap_ab(inst) and t.m % t.k:
+    if _builder_swaps_ab(inst) and t.m % t.k:
         _fail("tf32-tile-n-multiple-of-k",
               f"layout tt with {inst.a}: A and B are swapped, so tile m={t.m} must be a multiple of tile "
               f"k={t.k}")
@@ -374,6 +401,17 @@ def _check_fast_accum(inst: GemmInstance) -> None:
     (is_input_fp8), TMA alignment (16 bytes) and K-major operands (no register-sourced A); the layout is
     checked by layout-8bit-k-major before this. It pairs with the cooperative and ping-pong kernels and,
     cooperative only, with the stream-K scheduler (CUTLASS's generator emits that combination too)."""
+    if (inst.a in _FP8 and inst.b in _FP8 and not inst.fp8_fast_accum and not _cp_async(inst)
+            and FP8_PROMOTION_INTERVAL % max(inst.tile.k // _instruction_k(inst.a), 1)):
+        # MainloopSm90TmaGmmaWarpSpecializedFP8::can_implement: the promotion interval (4 wgmma k-steps by
+        # default) must be a multiple of the k-steps of one k-block, or every problem is refused at run time
+        # (found by a swap_ab 64x16x256 instance on an H200: accepted, built, and could run nothing)
+        steps = inst.tile.k // _instruction_k(inst.a)
+        _fail("fp8-promotion-interval",
+              f"{inst.a} tile k={inst.tile.k} is {steps} wgmma k-steps of {_instruction_k(inst.a)}: CUTLASS's fp8 "
+              f"mainloop promotes the partial sums into f32 every {FP8_PROMOTION_INTERVAL} k-steps and refuses "
+              f"(can_implement) a k-block of more; use tile k <= {FP8_PROMOTION_INTERVAL * _instruction_k(inst.a)}, "
+              "or fp8_fast_accum: true (no promotion)")
     if not inst.fp8_fast_accum:
         return
     if inst.a not in _FP8 or inst.b not in _FP8:
@@ -451,7 +489,7 @@ def _tma_epilogue_problem(inst: GemmInstance) -> str | None:
     if _cp_async(inst):
         return ("A or B is aligned below 16 bytes (cp.async mainloop); CUTLASS pairs that path with the "
                 "no-smem epilogue: use alignment 16 bytes for A and B")
-    if _swap_ab(inst):
+    if _builder_swaps_ab(inst):
         return (f"layout tt with {inst.a} swaps A and B, which needs the transposed (no-smem) epilogue; "
                 "use layout tn or nn")
     if not _tma_capable(inst.alignment_c, inst.c):
@@ -575,7 +613,7 @@ def _epilogue_schedule_cpp(inst: GemmInstance) -> str:
     if inst.epilogue_schedule is EpilogueSchedule.tma:
         return ("cutlass::epilogue::TmaWarpSpecializedCooperative" if _cooperative(inst)
                 else "cutlass::epilogue::TmaWarpSpecialized")
-    if _swap_ab(inst):
+    if _builder_swaps_ab(inst):
         return "cutlass::gemm::EpilogueTransposed"
     return "cutlass::epilogue::NoSmemWarpSpecialized"
 
@@ -613,7 +651,15 @@ def _ld_facts(inst: GemmInstance) -> dict[str, Any]:
 
 
 def template_context(inst: GemmInstance) -> dict[str, Any]:
-    """C++ spellings for the templates, all derived from enums and integers of a resolved instance."""
+    """C++ spellings for the templates, all derived from enums and integers of a resolved instance.
+
+    swap_ab: everything describes the kernel CUTLASS builds (kernel_view); `swap_ab` tells the host shim to
+    swap the caller's operands (m <-> n, A <-> B) before it fills the kernel's Arguments."""
+    if inst.swap_ab:
+        ctx = template_context(kernel_view(inst))
+        ctx["swap_ab"] = True
+        ctx["mainloop_kind"] += "; swap_ab: the caller's A and B swapped by the host shim (D^T = B^T A^T)"
+        return ctx
     assert inst.cluster is not None and inst.instruction is not None, "template_context needs a resolved instance"
     cp_async = _cp_async(inst)
     tma_epi = inst.epilogue_schedule is EpilogueSchedule.tma
@@ -626,7 +672,7 @@ def template_context(inst: GemmInstance) -> dict[str, Any]:
         scalar = "static_cast<ElementCompute>(std::lrint(p->{0}))"
     mainloop_kind = ("cp.async (alignment below 16 bytes)" if cp_async else "TMA") + (
         ", fp8 fast accumulation (no f32 promotion)" if inst.fp8_fast_accum else "") + (
-        ", A and B swapped (D^T = B^T A^T)" if _swap_ab(inst) else
+        ", A and B swapped (D^T = B^T A^T)" if _builder_swaps_ab(inst) else
         ", B transposed in shared memory" if _transpose_b(inst) else
         ", A through registers" if not _is_16bit(inst) and not _k_major_a(inst) else "")
     stages = _resolved_stages(inst)
@@ -665,6 +711,7 @@ def template_context(inst: GemmInstance) -> dict[str, Any]:
         "fp8_fast_accum": inst.fp8_fast_accum,
         "is_split_k_serial": inst.split_k is SplitK.serial,
         "batched": inst.batched,
+        "swap_ab": False,
         "tma_epilogue": tma_epi,
         "cp_async": cp_async,
         # pointer alignment (bytes) the kernel relies on; checked by the host shim

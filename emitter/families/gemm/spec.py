@@ -259,6 +259,7 @@ SPEC_KEYS: dict[str, Callable[[_Ctx, KeyPath, Any], list[Assign]]] = {
     "epilogue": _mapping(_EPILOGUE_KEYS, _activation_shorthand, "epilogue"),
     "split_k": _leaf("split_k", _split_k),
     "batched": _leaf("batched", _bool),
+    "swap_ab": _leaf("swap_ab", _bool),
 }
 META_KEYS = {"family", "name", "description", "exclude"}
 REQUIRED = ("arch", "dtype", "tile")
@@ -343,6 +344,7 @@ def _build(point: Assign) -> GemmInstance:
         split_k=point.get("split_k", SplitK.none),
         batched=point.get("batched", False),
         fp8_fast_accum=point.get("fp8_fast_accum", False),
+        swap_ab=point.get("swap_ab", False),
     )
 
 

@@ -29,8 +29,9 @@ struct Device {
     return EMITTER_OK;
   }
 
-  static int arguments(const emitter_gemm_problem* p, Arguments& args) {
-    if (p == nullptr) return EMITTER_INVALID_ARGUMENT;
+  static int arguments(const emitter_gemm_problem* caller, Arguments& args) {
+    if (caller == nullptr) return EMITTER_INVALID_ARGUMENT;
+    const emitter_gemm_problem* p = caller;
     if (p->m < 1 || p->n < 1 || p->k < 1 || p->batch_count < 1 || p->split_k_slices < 1) return EMITTER_INVALID_ARGUMENT;
     if (p->A == nullptr || p->B == nullptr || p->D == nullptr) return EMITTER_INVALID_ARGUMENT;
     if (p->C == nullptr && p->beta != 0.0f) return EMITTER_INVALID_ARGUMENT;
