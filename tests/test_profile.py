@@ -419,7 +419,7 @@ def test_shard_balances_flops_deterministically():
 
 def test_plan_selects_and_resolves_manifests_beside_the_config(manifest_dir, tmp_path):
     cfg_path = manifest_dir.parent / "p.yaml"
-    cfg_path.write_text(f"manifests: [{manifest_dir.name}]\nselect: a=e4m3 fp8_fast_accum=false\n"
+    cfg_path.write_text(f"manifests: [{manifest_dir.name}]\nselect: a=e4m3 fp8_fast_accum=false swap_ab=false\n"
                         "problems: [{square: 1024}]\n")
     pl = plan(load_config(cfg_path), cwd=tmp_path)      # not under cwd: found beside the config
     assert {i["entry"]["config"]["a"] for i in pl.instances} == {"e4m3"} and len(pl.instances) == 2
@@ -710,3 +710,39 @@ def test_resume_keeps_what_was_measured_and_takes_the_rest(manifest_dir, tmp_pat
     other = cfg.replace(problems=cfg.problems[:1])
     with pytest.raises(ProfileError, match="other problems"):
         run(other, plan(other), out, [0], backend="fake", resume=True)
+
+
+def test_prune_skips_timing_a_kernel_that_cannot_win(manifest_dir, tmp_path):
+    """timing.prune: a kernel whose probe launch takes more than prune x the best so far (cuBLAS's
+    included) is checked, recorded as pruned with its probe time, and not timed; 0 times every kernel."""
+    from emitter.profile.records import PRUNED
+
+    cfg = _fake_config(manifest_dir)
+    pl = plan(cfg)
+    slow = next(i["entry"]["name"] for i in pl.instances if not i["entry"]["config"]["fp8_fast_accum"]
+                and i["entry"]["config"]["a"] == "bf16")
+    model = {"slow": {slow: 0.002}}         # 500x slower than the other kernels of its op
+    outcome = run(cfg, pl, tmp_path / "p", [0], backend="fake", isolate=False, model=model)
+    mine = [m for m in outcome.measurements if m.name == slow]
+    assert mine and all(m.status == PRUNED for m in mine)
+    assert all(m.check["passed"] and m.stats is None for m in mine)      # correct, just not timed
+    assert all(m.extra["probe_ms"] > m.extra["prune_ms"] > 0 and "4x the best" in m.reason for m in mine)
+    others = [m for m in outcome.measurements if m.kind == "kernel" and m.name != slow]
+    assert others and all(m.ok for m in others)                          # the rest is timed as before
+    r = rep.build(outcome.measurements, outcome.envs, cfg)
+    assert all(ch.winner.name != slow for ch in r.choices.values())
+    off = parse_config_text(f"manifests: [{manifest_dir}]\nproblems: [{{square: 1024}}]\n"
+                            "timing: {iterations: 20, repeats: 3, prune: 0}\n", "p.yaml")
+    timed = run(off, plan(off), tmp_path / "off", [0], backend="fake", isolate=False, model=model)
+    assert all(m.ok for m in timed.measurements if m.name == slow)
+
+
+@pytest.mark.parametrize("value,ok", [(0, True), (False, True), (4, True), (1.5, True), (1.2, False), (-1, False)])
+def test_prune_config_is_checked(value, ok):
+    text = f"manifests: [x]\nproblems: [{{square: 1024}}]\ntiming: {{prune: {str(value).lower()}}}\n"
+    if ok:
+        assert parse_config_text(text, "p.yaml").timing.prune == float(value or 0)
+    else:
+        with pytest.raises(SpecError) as e:
+            parse_config_text(text, "p.yaml")
+        assert "prune" in str(e.value)

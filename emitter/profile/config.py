@@ -14,6 +14,9 @@
       repeats: 5                         # blocks of iterations; their medians show the run-to-run spread
       rotate: auto                       # auto: input sets cycled past 2x the L2 size; or bytes; or false
       blocking_kernel: true              # hold the stream while launches queue (times GPU work, not Python)
+      prune: 4                           # a kernel whose probe launch (after its check) takes more than 4x
+                                         #   the best time so far on the problem (cuBLAS's included) is
+                                         #   recorded as pruned with that probe time, not timed; 0: time all
     check: true                          # each kernel is verified once per problem before its time counts
     alpha: 1.0
     beta: 0.0
@@ -39,7 +42,7 @@ from emitter.spec.loader import Document, KeyPath, load_file, parse_text
 SCHEMA_KEYS = ("description", "manifests", "manifest", "select", "exclude", "problems", "timing", "check",
                "alpha", "beta", "baselines", "selection", "gpus", "output", "peaks")
 TIMING_KEYS = ("warmup", "warmup_ms", "iterations", "min_duration_ms", "max_iterations", "repeats", "rotate",
-               "blocking_kernel")
+               "blocking_kernel", "prune")
 OUTPUT_KEYS = ("dir", "csv", "json", "tuning", "plots")
 SELECTION_KEYS = ("tie_tolerance",)
 PROBLEM_KEYS = ("m", "n", "k", "batch")
@@ -104,6 +107,7 @@ class Timing:
     repeats: int = 5
     rotate: int | str | bool = "auto"     # "auto" | bytes | False
     blocking_kernel: bool = True
+    prune: float = 4.0                # skip timing a kernel slower than this x the best so far (0: never)
 
 
 @dataclass(frozen=True)
@@ -324,6 +328,16 @@ def _timing(doc: Document, path: KeyPath, v: Any) -> Timing:
                             fix="keep 'auto' (input sets cycled past twice the L2 size read off the device)")
     if "blocking_kernel" in v:
         kw["blocking_kernel"] = _bool(doc, path + ("blocking_kernel",), v["blocking_kernel"])
+    if "prune" in v:
+        pr = v["prune"]
+        if pr is False:
+            pr = 0
+        pr = _num(doc, path + ("prune",), pr, 0, 1000000)
+        if 0 < pr < 1.5:
+            raise doc.error(path + ("prune",), "prune below 1.5x would skip kernels that can still win within "
+                            "the run-to-run noise", value=pr, allowed=["0 (time every kernel)", ">= 1.5"],
+                            fix="use 0 to time every kernel, or a factor such as 4")
+        kw["prune"] = float(pr)
     return Timing(**kw)
 
 

@@ -19,7 +19,8 @@ CHECK_FAILED = "check_failed"       # ran, but the result was wrong: its time do
 FAILED = "failed"                   # load / launch / shim error
 FAULT = "fault"                     # the worker died on it (a CUDA fault poisons the context)
 UNAVAILABLE = "unavailable"         # baseline: torch missing or dtype unsupported
-STATUSES = (OK, NOT_APPLICABLE, CHECK_FAILED, FAILED, FAULT, UNAVAILABLE)
+PRUNED = "pruned"                   # correct, but its probe launch took > timing.prune x the best so far: not timed
+STATUSES = (OK, NOT_APPLICABLE, CHECK_FAILED, FAILED, FAULT, UNAVAILABLE, PRUNED)
 
 _LETTER = {"row": "t", "col": "n"}
 

@@ -136,6 +136,7 @@ class _Shard:
         self.skip: list[list[str]] = []
         self.skip_baselines: list[list[str]] = []
         self.skip_names: list[str] = []
+        self.best: dict[tuple[str, str], float] = {}     # (op, problem) -> best median so far (timing.prune)
         self.fault_count: dict[str, int] = {}
         self.attempt = 0
         self.proc: subprocess.Popen | None = None
@@ -146,7 +147,20 @@ class _Shard:
 
     def job(self, base: dict[str, Any]) -> dict[str, Any]:
         return {**base, "gpu": self.gpu, "problems": [p.as_dict() for p in self.problems], "out": str(self.log_path),
-                "skip": self.skip, "skip_baselines": self.skip_baselines, "skip_names": self.skip_names}
+                "skip": self.skip, "skip_baselines": self.skip_baselines, "skip_names": self.skip_names,
+                "best_known": [[o, p, t] for (o, p), t in sorted(self.best.items())]}
+
+    def note(self, m: dict[str, Any]) -> None:
+        """A logged measurement: not measured again; an ok one's median is the best so far to prune against."""
+        pkey = Problem.from_dict(m["problem"]).key
+        if m["kind"] == "kernel":
+            self.skip.append([m["name"], pkey])
+        else:
+            self.skip_baselines.append(["baseline", m["op"]["key"], pkey])
+        med = (m.get("stats") or {}).get("median_ms")
+        if m.get("status") == "ok" and med:
+            key = (m["op"]["key"], pkey)
+            self.best[key] = min(self.best.get(key, med), float(med))
 
 
 def run(config: ProfileConfig, the_plan: Plan, out_dir: Path, gpus: list[int], backend: str = "pycuda",
@@ -246,11 +260,7 @@ def run(config: ProfileConfig, the_plan: Plan, out_dir: Path, gpus: list[int], b
                 # results already recorded are not measured again
                 for r in records:
                     if r.get("type") == "result":
-                        m = r["measurement"]
-                        if m["kind"] == "kernel":
-                            s.skip.append([m["name"], Problem.from_dict(m["problem"]).key])
-                        else:
-                            s.skip_baselines.append(["baseline", m["op"]["key"], Problem.from_dict(m["problem"]).key])
+                        s.note(r["measurement"])
                 restarts += 1
                 start(s)
 
@@ -281,8 +291,10 @@ def _resume(s: "_Shard", base: dict[str, Any], work: Path) -> None:
         return
     if job_path.exists():
         old = json.loads(job_path.read_text(encoding="utf-8"))
+        def timing(t: dict[str, Any] | None) -> dict[str, Any]:    # prune decides what is timed, not how
+            return {k: v for k, v in (t or {}).items() if k != "prune"}
         same = (old.get("config", {}).get("problems") == base["config"].get("problems")
-                and old.get("config", {}).get("timing") == base["config"].get("timing")
+                and timing(old.get("config", {}).get("timing")) == timing(base["config"].get("timing"))
                 and sorted(i["entry"]["name"] for i in old.get("instances", []))
                 == sorted(i["entry"]["name"] for i in base["instances"])
                 and [p for p in old.get("problems", [])] == [p.as_dict() for p in s.problems])
@@ -291,12 +303,7 @@ def _resume(s: "_Shard", base: dict[str, Any], work: Path) -> None:
                                "one\n  fix: drop --resume to start afresh, or give another output directory")
     for r in _read_log(s.log_path):
         if r.get("type") == "result":
-            m = r["measurement"]
-            pkey = Problem.from_dict(m["problem"]).key
-            if m["kind"] == "kernel":
-                s.skip.append([m["name"], pkey])
-            else:
-                s.skip_baselines.append(["baseline", m["op"]["key"], pkey])
+            s.note(r["measurement"])
 
 
 def outcome_from_logs(work: Path) -> tuple[RunOutcome, "ProfileConfig"]:

@@ -134,6 +134,12 @@ class EventTimer:
         pairs[count - 1][1].synchronize()
         return [end.time_since(start) for start, end in pairs[:count]], host_s
 
+    def probe(self, launch: Callable[[int], None], sets: int = 1, launches: int = 2) -> float:
+        """Milliseconds of the fastest of a few event-timed launches (the kernel already ran once: its
+        check), for pruning: a kernel this slow cannot win, whatever its full measurement would say."""
+        times, _host = self._timed_chunk(lambda i: launch(i % max(sets, 1)), 1, launches, 0.0)
+        return float(min(times))
+
     def measure(self, launch: Callable[[int], None], sets: int = 1) -> Measured:
         t = self.timing
         # 1. warm-up

@@ -28,7 +28,7 @@ import numpy as np
 
 from emitter.profile.config import Problem, ProfileConfig
 from emitter.profile.records import (
-    CHECK_FAILED, FAILED, FAULT, NOT_APPLICABLE, OK, UNAVAILABLE, Measurement, Op,
+    CHECK_FAILED, FAILED, FAULT, NOT_APPLICABLE, OK, PRUNED, UNAVAILABLE, Measurement, Op,
 )
 from emitter.profile.selection import split_k_candidates
 from emitter.profile.stats import TimingStats
@@ -116,7 +116,7 @@ class GpuEngine:
         m.extra = {**self.extra(data), **measured.extra()}
         return m
 
-    def kernel(self, kernel: Any, data: Any, m: Measurement) -> Measurement:
+    def kernel(self, kernel: Any, data: Any, m: Measurement, prune_ms: float | None = None) -> Measurement:
         from emitter.profile.check import check, poison_d
         from emitter.profile.workload import KernelLaunch
 
@@ -131,6 +131,10 @@ class GpuEngine:
                 if not m.check["passed"]:
                     m.status, m.reason = CHECK_FAILED, m.check["reason"]
                     return m
+            if prune_ms:
+                probe_ms = self.timer.probe(launch, len(data.sets))
+                if probe_ms > prune_ms:
+                    return _pruned(m, probe_ms, prune_ms, self.config.timing.prune)
             measured = self.timer.measure(launch, len(data.sets))
             m.stats = measured.stats
             resets = [r[1] for r in launch.resets if r]
@@ -176,6 +180,14 @@ class GpuEngine:
             return True
         except self.drv.Error:
             return False
+
+
+def _pruned(m: Measurement, probe_ms: float, prune_ms: float, factor: float) -> Measurement:
+    m.status = PRUNED
+    m.reason = (f"probe launch {probe_ms:.4g} ms > {factor:g}x the best so far ({prune_ms / factor:.4g} ms): "
+                "cannot win here, not timed (timing.prune: 0 times every kernel)")
+    m.extra = {**(m.extra or {}), "probe_ms": probe_ms, "prune_ms": prune_ms}
+    return m
 
 
 def _unit(*parts: Any) -> float:
@@ -229,7 +241,7 @@ class FakeEngine:
         m.extra = self.extra(data)
         return m
 
-    def kernel(self, kernel: Any, data: Any, m: Measurement) -> Measurement:
+    def kernel(self, kernel: Any, data: Any, m: Measurement, prune_ms: float | None = None) -> Measurement:
         from emitter.runtime.backend import CannotImplement, CudaFault, GemmProblem, LaunchFailed
         from emitter.verify.check import case_seed, run_case
         from emitter.verify.problems import VerifyProblem
@@ -255,7 +267,11 @@ class FakeEngine:
                 m.status, m.reason = CHECK_FAILED, r["reason"]
                 return m
         factor = 0.75 + 0.5 * _unit("rate", m.label)        # each kernel (and split count) its own speed
-        m.stats = self._stats(self.model["tflops"] * factor, data, kernel.name, p.key, data["op"].key)
+        factor *= float(self.model.get("slow", {}).get(kernel.name, 1.0))   # tests: a hopeless kernel
+        stats = self._stats(self.model["tflops"] * factor, data, kernel.name, p.key, data["op"].key)
+        if prune_ms and stats.median_ms > prune_ms:
+            return _pruned(m, stats.median_ms, prune_ms, self.config.timing.prune)
+        m.stats = stats
         m.extra = self.extra(data)
         return m
 
@@ -285,6 +301,8 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
     log = JobLog(job["out"])
     skip = {(s[0], s[1]) for s in job.get("skip", [])}
     skip_names = set(job.get("skip_names", []))
+    # best median so far per (op, problem) from an earlier sitting (--resume), so pruning sees it
+    best_known = {(b[0], b[1]): float(b[2]) for b in job.get("best_known", [])}
     try:
         if engine_factory is not None:
             engine = engine_factory(config, gpu)
@@ -344,6 +362,7 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
                 if fatal:
                     return EXIT_FAULT
                 continue
+            best_ms: float | None = best_known.get((op_key, problem.key))   # for timing.prune
             try:
                 if ("baseline", op_key, problem.key) not in {tuple(s) for s in job.get("skip_baselines", [])}:
                     for bname in config.baselines:
@@ -359,6 +378,7 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
                             continue
                         log.write({"type": "result", "measurement": bm.to_json()})
                         if bm.ok:
+                            best_ms = min(best_ms, bm.stats.median_ms) if best_ms else bm.stats.median_ms
                             _say(gpu, f"{problem.key:>22} {op_key:<28} {bname:<12} {bm.stats.median_ms * 1e3:10.1f} us")
                 runs = []
                 for n in todo:
@@ -377,8 +397,9 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
                         continue
                     log.write({"type": "start", "kind": "kernel", "name": n, "problem": problem.key, "op": op_key,
                                "split_k": split})
+                    prune_ms = config.timing.prune * best_ms if (config.timing.prune and best_ms) else None
                     try:
-                        m = engine.kernel(kernel, data, m)
+                        m = engine.kernel(kernel, data, m, prune_ms=prune_ms)
                     except Exception as e:
                         status, fatal = engine.classify(e)
                         m.status, m.reason = status, _short(e)
@@ -391,6 +412,7 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
                         continue
                     log.write({"type": "result", "measurement": m.to_json()})
                     if m.ok:
+                        best_ms = min(best_ms, m.stats.median_ms) if best_ms else m.stats.median_ms
                         tf = problem.flops / (m.stats.median_ms * 1e-3) / 1e12
                         _say(gpu, f"{problem.key:>22} {m.label[:64]:<64} {m.stats.median_ms * 1e3:10.1f} us {tf:7.1f} TFLOP/s")
                     else:
