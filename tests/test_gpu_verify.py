@@ -28,7 +28,7 @@ CONFIGS = sorted((ROOT / "configs" / "gemm").glob("*.yaml"))
 ARCH_2X = ("sm75", "sm80", "sm86", "sm89")
 
 # Verify-only extras beside configs/gemm: batched, split-K (serial; stream-K on sm90a), column bias, clamp,
-# sigmoid, nt layout - modes the example configs do not use.
+# sigmoid, nt layout, swap_ab with a row bias and batches - modes the example configs do not use.
 EXTRA_SPEC = """\
 kernels:
   - arch: sm80
@@ -55,6 +55,17 @@ kernels:
     batched: true
     split_k: serial
     epilogue: {activation: sigmoid, bias: column}
+  # swap_ab (the host shim swaps A and B): a per-row bias becomes the swapped kernel's per-column bias, and
+  # batch strides and leading dimensions swap with the operands
+  - arch: sm90a
+    dtype: {a: bf16, b: bf16, c: bf16, d: bf16, accumulator: f32}
+    layout: tn
+    tile: 64x16x64
+    cluster: 2x1x1
+    schedule: {kernel: pingpong}
+    swap_ab: true
+    batched: true
+    epilogue: {activation: relu, bias: row}
 """
 
 

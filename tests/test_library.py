@@ -757,18 +757,9 @@ const KernelFns kFns[] = {{
 }}
 """
 
-# For each problem on stdin (the probe's 16 integers, then a kernel name or "-"): workspace size, selection,
-# a launch with exactly that workspace, a launch with one byte less than the selected kernel needs.
-_API_MAIN = """\
-#include <cstdio>
-#include <iostream>
-#include <sstream>
-#include <string>
-#include "{lib}/{lib}.h"
-extern int g_run_kernel, g_run_split;
-int main() {{
-  std::string line;
-  while (std::getline(std::cin, line)) {{
+# One stdin line (the probe's 17 integers, then a kernel name or "-") into `p` and `kernel`: shared by the two
+# harnesses below. A .format() template for {lib} only (no other braces).
+_READ_PROBLEM = """\
     std::istringstream in(line);
     long long v[17];
     std::string kernel;
@@ -783,7 +774,21 @@ int main() {{
     p.A = reinterpret_cast<void*>(0x100000); p.B = p.A; p.D = reinterpret_cast<void*>(0x200000);
     if (p.bias_kind) p.bias = p.A;
     if (kernel != "-") p.kernel = kernel.c_str();
-    size_t ws = 0;
+"""
+
+# For each problem on stdin (the probe's 17 integers, then a kernel name or "-"): workspace size, selection,
+# a launch with exactly that workspace, a launch with one byte less than the selected kernel needs.
+_API_MAIN = """\
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include "{lib}/{lib}.h"
+extern int g_run_kernel, g_run_split;
+int main() {{
+  std::string line;
+  while (std::getline(std::cin, line)) {{
+{read_problem}    size_t ws = 0;
     const int ws_status = {lib}_gemm_workspace_size(&p, &ws);
     {lib}_selection sel;
     sel.struct_size = sizeof(sel);
@@ -814,7 +819,7 @@ def test_cpp_api_queries_and_launches_with_the_effective_split(tmp_path):
     (fake / "cuda_runtime_api.h").write_text(_FAKE_CUDA)
     rows = "\n".join(f"  {{&query<{k.index}>, &run<{k.index}>}}," for k in r.kernels)
     (fake / "fake_kernels.cpp").write_text(_FAKE_KERNELS.format(lib="apilib", rows=rows))
-    (fake / "main.cpp").write_text(_API_MAIN.format(lib="apilib"))
+    (fake / "main.cpp").write_text(_API_MAIN.format(lib="apilib", read_problem=_READ_PROBLEM.format(lib="apilib")))
     exe = tmp_path / "api"
     _compile([f"-I{fake}", f"-I{out / 'include'}", f"-I{out / 'src'}", "-Wno-unused-parameter",
               str(out / "src/apilib_api.cpp"), str(out / "src/apilib_table.cpp"), str(fake / "fake_kernels.cpp"),
@@ -899,21 +904,7 @@ int main(int argc, char** argv) {{
   }}
   std::string line;
   while (std::getline(std::cin, line)) {{
-    std::istringstream in(line);
-    long long v[17];
-    std::string kernel;
-    for (long long& x : v) in >> x;
-    in >> kernel;
-    {lib}_gemm_problem p;
-    {lib}_gemm_problem_init(&p);
-    p.a_type = int(v[0]); p.b_type = int(v[1]); p.c_type = int(v[2]); p.d_type = int(v[3]); p.accumulator_type = int(v[4]);
-    p.a_layout = int(v[5]); p.b_layout = int(v[6]); p.c_layout = int(v[7]); p.activation = int(v[8]); p.bias_kind = int(v[9]);
-    p.m = int(v[10]); p.n = int(v[11]); p.k = int(v[12]); p.batch_count = int(v[13]); p.split_k_slices = int(v[14]);
-    p.fast_accum = int(v[16]);
-    p.A = reinterpret_cast<void*>(0x100000); p.B = p.A; p.D = reinterpret_cast<void*>(0x200000);
-    if (p.bias_kind) p.bias = p.A;
-    if (kernel != "-") p.kernel = kernel.c_str();
-    {lib}_selection sel;
+{read_problem}    {lib}_selection sel;
     sel.struct_size = sizeof(sel);
     const int sel_status = {lib}_gemm_select(&p, &sel);
     const std::string message = {lib}_last_error();
@@ -939,7 +930,7 @@ def test_cpp_api_fast_accum_is_opt_in(tmp_path):
     (fake / "cuda_runtime_api.h").write_text(_FAKE_CUDA)
     rows = "\n".join(f"  {{&query<{k.index}>, &run<{k.index}>}}," for k in r.kernels)
     (fake / "fake_kernels.cpp").write_text(_FAKE_KERNELS.format(lib="falib", rows=rows))
-    (fake / "main.cpp").write_text(_FA_MAIN.format(lib="falib"))
+    (fake / "main.cpp").write_text(_FA_MAIN.format(lib="falib", read_problem=_READ_PROBLEM.format(lib="falib")))
     exe = tmp_path / "fa"
     _compile([f"-I{fake}", f"-I{out / 'include'}", f"-I{out / 'src'}", "-Wno-unused-parameter",
               str(out / "src/falib_api.cpp"), str(out / "src/falib_table.cpp"), str(fake / "fake_kernels.cpp"),
