@@ -52,3 +52,17 @@ def test_summary_goals_and_markdown(tmp_path):
     text = doc.read_text()
     assert "split-K 4" in text and "| 8192x8192x8192 |" in text and "**NOT met**" in text
     assert "NVIDIA H200" in text
+
+
+def test_shape_sets_parse_and_small_m_is_the_llm_rows_up_to_512():
+    """Each --shapes choice is a valid profile `problems:` list; small-m is the LLM set's M <= 512 rows."""
+    from emitter.profile.config import LLM_M, LLM_NK, parse_config_text
+
+    bench = _bench()
+    sets = {}
+    for name, lines in bench.SHAPES.items():
+        text = "manifests: [x]\nproblems:\n" + "".join(f"  {line}\n" for line in lines)
+        sets[name] = {(p.m, p.n, p.k) for p in parse_config_text(text, f"{name}.yaml").problems}
+    assert sets["small-m"] == {(m, n, k) for m in LLM_M if m <= 512 for n, k in LLM_NK}
+    assert sets["small-m"] < sets["llm"] and sets["square"] | sets["llm"] == sets["all"]
+    assert len(sets["all"]) == 34      # 5 square + 30 LLM shapes, 8192^3 in both
