@@ -6,7 +6,7 @@ OUT     ?= generated/demo
 SPECS   ?= configs/gemm/*.yaml
 JOBS    ?=
 
-.PHONY: install demo emit build verify profile test test-fast test-gpu bench bench-gpu perf-doc golden clean
+.PHONY: install demo emit build verify profile test test-fast test-gpu bench bench-gpu bench-gpu-small perf-doc golden clean
 
 install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -45,6 +45,11 @@ bench: install           # emit speed (10,000 instances) and build overhead agai
 
 bench-gpu:               # on the GPU machine: build, verify and profile the sm90a configs vs cuBLAS (issue 6)
 	python3 benchmarks/profile_sm90a.py --out results/sm90a --shapes all --doc docs/performance.md
+
+bench-gpu-small:         # on the GPU machine: bf16 TN, M <= 512 shapes, tuned set + configs/tuning/sm90a_explore.yaml
+	python3 benchmarks/profile_sm90a.py --out results/sm90a-small --shapes small-m \
+	  --specs configs/gemm/sm90a_bf16.yaml --specs configs/tuning/sm90a_candidates.yaml \
+	  --specs configs/tuning/sm90a_explore.yaml --select 'arch=sm90a activation=identity bias=none layout=tn a=bf16'
 
 perf-doc: install        # no GPU: docs/performance.md from a bench-gpu run's outputs (RUN=results/sm90a)
 	$(BIN)/python benchmarks/profile_sm90a.py --report-only $(or $(RUN),results/sm90a) --doc docs/performance.md

@@ -105,3 +105,22 @@ def test_random_accepted_instances_compile(tmp_path):
             failed.append((inst["name"], rec.get("error")))
     assert not failed, f"seed {seed}: accepted instances failed to compile: {failed}\n{r.output[-3000:]}"
     assert r.exit_code == 0, r.output
+    # accepted means it also runs something: the host shim's can_implement (which needs no GPU) takes an
+    # ordinary aligned problem (an fp8 k-block longer than the promotion interval once built and refused all)
+    refused = [f"{inst['name']}: {why}" for inst in manifest["instances"]
+               if (why := _refuses_a_plain_problem(out / "build" / inst["name"], inst))]
+    assert not refused, f"seed {seed}: accepted instances refuse a plain 1024^3 problem: {refused}"
+
+
+def _refuses_a_plain_problem(build: Path, inst: dict) -> str | None:
+    """Why the instance's host shim refuses m = n = k = 1024 (EMITTER_CANNOT_IMPLEMENT), or None."""
+    from emitter.runtime.shim import EMITTER_CANNOT_IMPLEMENT, EmitterGemmProblem, HostShim
+
+    cfg = inst["config"]
+    fake = 1 << 20                  # 1 MiB: aligned for every operand, never dereferenced by query()
+    shim = HostShim(build / f"lib{inst['name']}.so", inst["name"])
+    status, _ = shim.query(EmitterGemmProblem(
+        m=1024, n=1024, k=1024, batch_count=2 if cfg.get("batched") else 1,
+        split_k_slices=2 if cfg.get("split_k") == "serial" else 1, A=fake, B=fake, C=fake, D=fake,
+        bias=fake if (cfg.get("epilogue") or {}).get("bias", "none") != "none" else None, alpha=1.0, beta=1.0))
+    return "EMITTER_CANNOT_IMPLEMENT" if status == EMITTER_CANNOT_IMPLEMENT else None

@@ -22,6 +22,8 @@ extern "C" __attribute__((visibility("default"))) int emitter_gemm_sm90a_bf16bf1
     int status = Device::arguments(problem, args);
     if (status != EMITTER_OK) return status;
     if (!GemmKernel::can_implement(args)) return EMITTER_CANNOT_IMPLEMENT;
+    status = Device::hardware(args.hw_info);
+    if (status != EMITTER_OK) return status;
     return Device::describe(args, out);
   } catch (...) {
     return EMITTER_INTERNAL_ERROR;
@@ -37,6 +39,8 @@ extern "C" __attribute__((visibility("default"))) int emitter_gemm_sm90a_bf16bf1
     int status = Device::arguments(problem, args);
     if (status != EMITTER_OK) return status;
     if (!GemmKernel::can_implement(args)) return EMITTER_CANNOT_IMPLEMENT;
+    status = Device::hardware(args.hw_info);
+    if (status != EMITTER_OK) return status;
     status = Device::describe(args, out);
     if (status != EMITTER_OK) return status;
     if (out->workspace_bytes > 0 && workspace == nullptr) return EMITTER_INVALID_ARGUMENT;
