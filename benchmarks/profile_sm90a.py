@@ -32,6 +32,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from emitter.profile.config import LLM_M, LLM_NK  # noqa: E402  (the issue's shape set, one definition)
+
 DEFAULT_SPECS = ["configs/gemm/sm90a_bf16.yaml", "configs/gemm/sm90a_fp8.yaml", "configs/tuning/sm90a_candidates.yaml"]
 # plain GEMMs only: the fused-epilogue f16 examples have no cuBLAS counterpart
 DEFAULT_SELECT = ["arch=sm90a activation=identity bias=none"]
@@ -41,8 +44,7 @@ SHAPES = {
     "square": ["- set: square"],
     "llm": ["- set: llm"],
     # M <= 512 rows of the LLM set: the decode / few-output-tile shapes
-    "small-m": [f"- {{m: [16, 128, 512], n: {n}, k: {k}}}" for n, k in
-                ((4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192), (8192, 8192), (128256, 4096))],
+    "small-m": [f"- {{m: {[m for m in LLM_M if m <= 512]}, n: {n}, k: {k}}}" for n, k in LLM_NK],
     "quick": ["- square: [1024, 2048, 4096, 8192]",
               "- {m: [16, 128, 2048], n: 4096, k: 4096}",
               "- {m: [16, 8192], n: 14336, k: 4096}",

@@ -41,14 +41,12 @@ def instance_name(inst: GemmInstance) -> str:
         if inst.fp8_fast_accum:
             parts.append("fastacc")
         parts += [_EPI[inst.epilogue_schedule], _TS[inst.tile_scheduler]]
-        if inst.swap_ab:
-            parts.append("swapab")
     else:
         parts.append(f"swz{inst.swizzle}")
         if inst.fp8_fast_accum:   # rejected on 2.x; named anyway so a rejected config stays distinct
             parts.append("fastacc")
-        if inst.swap_ab:
-            parts.append("swapab")
+    if inst.swap_ab:   # rejected on 2.x; named there too, like fastacc
+        parts.append("swapab")
     parts.append(f"al{inst.alignment_a}x{inst.alignment_b}x{inst.alignment_c}")
     ep = inst.epilogue
     act = ep.activation.value
