@@ -46,8 +46,8 @@ bench: install           # emit speed (10,000 instances) and build overhead agai
 bench-gpu:               # on the GPU machine: build, verify and profile the sm90a configs vs cuBLAS (issue 6)
 	python3 benchmarks/profile_sm90a.py --out results/sm90a --shapes all --doc docs/performance.md
 
-bench-gpu-small:         # on the GPU machine: bf16 TN, M <= 512 shapes, tuned set + configs/tuning/sm90a_explore.yaml
-	python3 benchmarks/profile_sm90a.py --out results/sm90a-small --shapes small-m \
+bench-gpu-small:         # on the GPU machine: bf16 TN, M <= 512 + 8192^3, 16384^3, tuned set + configs/tuning/sm90a_explore.yaml
+	python3 benchmarks/profile_sm90a.py --out results/sm90a-small --shapes explore \
 	  --specs configs/gemm/sm90a_bf16.yaml --specs configs/tuning/sm90a_candidates.yaml \
 	  --specs configs/tuning/sm90a_explore.yaml --select 'arch=sm90a activation=identity bias=none layout=tn a=bf16'
 

@@ -65,4 +65,5 @@ def test_shape_sets_parse_and_small_m_is_the_llm_rows_up_to_512():
         sets[name] = {(p.m, p.n, p.k) for p in parse_config_text(text, f"{name}.yaml").problems}
     assert sets["small-m"] == {(m, n, k) for m in LLM_M if m <= 512 for n, k in LLM_NK}
     assert sets["small-m"] < sets["llm"] and sets["square"] | sets["llm"] == sets["all"]
+    assert sets["explore"] == sets["small-m"] | {(8192, 8192, 8192), (16384, 16384, 16384)}
     assert len(sets["all"]) == 34      # 5 square + 30 LLM shapes, 8192^3 in both

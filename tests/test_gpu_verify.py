@@ -28,7 +28,8 @@ CONFIGS = sorted((ROOT / "configs" / "gemm").glob("*.yaml"))
 ARCH_2X = ("sm75", "sm80", "sm86", "sm89")
 
 # Verify-only extras beside configs/gemm: batched, split-K (serial; stream-K on sm90a), column bias, clamp,
-# sigmoid, nt layout, swap_ab with a row bias and batches - modes the example configs do not use.
+# sigmoid, nt layout, swap_ab with a row bias and batches, sm90a scheduler arguments (nondeterministic split-K
+# reduction, raster, swizzle) - modes the example configs do not use.
 EXTRA_SPEC = """\
 kernels:
   - arch: sm80
@@ -66,6 +67,18 @@ kernels:
     swap_ab: true
     batched: true
     epilogue: {activation: relu, bias: row}
+  # tile scheduler arguments set by the host shim: split-K partials added as they arrive (nondeterministic),
+  # tiles handed out along M in strips of 2
+  - arch: sm90a
+    dtype: {a: bf16, b: bf16, c: bf16, d: bf16, accumulator: f32}
+    layout: tn
+    tile: 128x64x64
+    cluster: 1x2x1
+    schedule: {kernel: cooperative, reduction: nondeterministic}
+    split_k: serial
+    raster: along_m
+    swizzle: 2
+    epilogue: {bias: row}
 """
 
 

@@ -15,7 +15,7 @@ from emitter.dtypes import DType
 from emitter.families.gemm import sm80
 from emitter.families.gemm.model import (
     AUTO, Activation, Arch, Bias, Epilogue, EpilogueSchedule, GemmInstance, KernelSchedule, Layout, OpClass,
-    Rejection, Shape3, SplitK, TileScheduler,
+    Raster, Reduction, Rejection, Shape3, SplitK, TileScheduler,
 )
 from emitter.render import banner, render_template
 
@@ -222,6 +222,8 @@ REJECTIONS = [
     (dict(cluster=S(2, 1, 1)), "cluster-3x-only", ["sm90a"]),
     (dict(fp8_fast_accum=True), "fp8-fast-accum", ["sm90a", "remove"]),
     (dict(swap_ab=True), "swap-ab-3x-only", ["sm90a", "remove"]),
+    (dict(raster=Raster.along_n), "scheduler-3x-only", ["sm90a", "swizzle"]),
+    (dict(reduction=Reduction.nondeterministic), "scheduler-3x-only", ["sm90a", "stream-K"]),
     (dict(arch=Arch.sm89, a=DType.e4m3, b=DType.e4m3, c=DType.bf16, d=DType.bf16, tile=S(128, 128, 64),
           warp=S(64, 64, 64), stages=3, fp8_fast_accum=True), "fp8-fast-accum", ["sm90a", "e4m3"]),
     (dict(warp=None), "warp-shape-required", ["warp"]),

@@ -25,7 +25,7 @@ from emitter.dtypes import DType as T
 from emitter.families.gemm import sm90a
 from emitter.families.gemm.model import (
     AUTO, Activation, Arch, Bias, Epilogue, EpilogueSchedule, GemmInstance, KernelSchedule, Layout, OpClass,
-    Rejection, Shape3, SplitK, TileScheduler,
+    Raster, Reduction, Rejection, Shape3, SplitK, TileScheduler,
 )
 from emitter.families.gemm.naming import instance_name
 from emitter.render import render_template
@@ -38,7 +38,8 @@ def make(a=T.bf16, b=None, c=None, d=None, acc=T.f32, compute=None, layout="tnt"
          cluster=(2, 1, 1), stages=AUTO, kernel=KernelSchedule.auto, epilogue=EpilogueSchedule.auto,
          scheduler=TileScheduler.persistent, align=(AUTO, AUTO, AUTO), activation=Activation.identity,
          bias=Bias.none, clamp=(0.0, 6.0), split_k=SplitK.none, batched=False, instruction=None,
-         op_class=OpClass.tensorop, warp=None, fast_accum=False, swap_ab=False) -> GemmInstance:
+         op_class=OpClass.tensorop, warp=None, fast_accum=False, swap_ab=False, swizzle=1,
+         raster=Raster.heuristic, reduction=Reduction.deterministic) -> GemmInstance:
     """A candidate sm90a instance with every field explicit (defaults: bf16 TN 128x256x64, cluster 2x1x1)."""
     b = b or a
     d = d or c or a
@@ -52,10 +53,10 @@ def make(a=T.bf16, b=None, c=None, d=None, acc=T.f32, compute=None, layout="tnt"
         op_class=op_class, tile=Shape3(*tile), warp=None if warp is None else Shape3(*warp),
         cluster=None if cluster is None else Shape3(*cluster),
         instruction=None if instruction is None else Shape3(*instruction), stages=stages,
-        kernel_schedule=kernel, epilogue_schedule=epilogue, tile_scheduler=scheduler, swizzle=1,
+        kernel_schedule=kernel, epilogue_schedule=epilogue, tile_scheduler=scheduler, swizzle=swizzle,
         alignment_a=align[0], alignment_b=align[1], alignment_c=align[2],
         epilogue=Epilogue(activation, bias, clamp[0], clamp[1]), split_k=split_k, batched=batched,
-        fp8_fast_accum=fast_accum, swap_ab=swap_ab)
+        fp8_fast_accum=fast_accum, swap_ab=swap_ab, raster=raster, reduction=reduction)
 
 
 def ok(inst: GemmInstance) -> GemmInstance:
@@ -291,6 +292,8 @@ REJECTED = [
                                 swap_ab=True)),
     ("fp8-fast-accum-tma", dict(a=T.e4m3, d=T.bf16, tile=(128, 128, 128), cluster=(1, 1, 1), align=(8, 8, 8),
                                 fast_accum=True)),
+    # the stream-K reduction mode on a kernel with nothing to reduce (persistent scheduler, no split-K)
+    ("reduction-needs-stream-k", dict(reduction=Reduction.nondeterministic)),
 ]
 
 
@@ -737,3 +740,29 @@ def test_swap_ab_rejection_names_the_swapped_kernel():
                            swap_ab=True))
     assert isinstance(r, Rejection) and r.instance.swap_ab
     assert "swap_ab" in r.reason and "D^T = B^T A^T" in r.reason
+
+
+# ------------------------------------------------------------------------------------------------
+# tile scheduler arguments (swizzle, raster, reduction): set by the host shim, named when not the default
+
+def test_scheduler_options_render_into_the_shims_arguments_and_the_name():
+    base = ok(make(tile=(128, 128, 64), cluster=(1, 1, 1), split_k=SplitK.serial))
+    tuned = ok(make(tile=(128, 128, 64), cluster=(1, 1, 1), split_k=SplitK.serial, swizzle=4,
+                    raster=Raster.along_n, reduction=Reduction.nondeterministic))
+    name = instance_name(tuned)
+    assert name == instance_name(base).replace("_streamk_", "_streamk_swz4_rastern_nondet_")
+    assert tuned.config()["raster"] == "along_n" and tuned.config()["reduction"] == "nondeterministic"
+    text = render(tuned, "sched")
+    assert "args.scheduler.max_swizzle_size = 4;" in text
+    assert "RasterOrderOptions::AlongN;" in text and "ReductionMode::Nondeterministic;" in text
+    plain = render(base, "plain_sched")
+    assert "max_swizzle_size" not in plain and "raster_order" not in plain and "reduction_mode" not in plain
+
+
+def test_raster_is_the_callers_under_swap_ab():
+    inst = make(tile=(64, 16, 128), cluster=(1, 1, 1), kernel=KernelSchedule.pingpong, swap_ab=True,
+                raster=Raster.along_m)
+    r = ok(inst)
+    assert r.raster is Raster.along_m and "_rasterm_" in instance_name(r)
+    assert sm90a.kernel_view(r).raster is Raster.along_n          # the caller's M is the kernel's N
+    assert "RasterOrderOptions::AlongN;" in render(r, "swapped_raster")

@@ -140,6 +140,16 @@ def test_fp8_fast_accum_schedule_key():
         ("cooperative", False), ("cooperative", True), ("pingpong", True)}
 
 
+def test_scheduler_keys_sweep_and_default():
+    [plain] = expand_text(BASE)
+    assert (plain.swizzle, plain.raster.value, plain.reduction.value) == (1, "heuristic", "deterministic")
+    swept = expand_text(BASE + "split_k: serial\nswizzle: [1, 4]\nraster: [m, along_n]\n"
+                               "schedule: {kernel: cooperative, reduction: nondet}\n")
+    assert {(i.swizzle, i.raster.value) for i in swept} == {(1, "along_m"), (1, "along_n"), (4, "along_m"),
+                                                             (4, "along_n")}
+    assert {i.reduction.value for i in swept} == {"nondeterministic"}
+
+
 def test_fp8_fast_accum_reaches_the_manifest_and_the_rejections(tmp_path):
     """Emitted with the name token and the config key; bf16 and sm89 rejected with the rule and a fix."""
     import json
@@ -190,6 +200,9 @@ BAD = [
     ("arch: sm90a\ndtype: bf16\ntile: 128x128x64\nalignment: 3\n", 4, "alignment", "3 is not allowed"),
     ("arch: sm90a\ndtype: bf16\ntile: 128x128x64\nswizzle: 16\n", 4, "swizzle", "16 is not allowed"),
     ("arch: sm90a\ndtype: bf16\ntile: 128x128x64\nsplit_k: sometimes\n", 4, "split_k", "unknown value 'sometimes'"),
+    ("arch: sm90a\ndtype: bf16\ntile: 128x128x64\nraster: diagonal\n", 4, "raster", "unknown value 'diagonal'"),
+    ("arch: sm90a\ndtype: bf16\ntile: 128x128x64\nschedule: {reduction: atomic}\n", 4, "schedule.reduction",
+     "unknown value 'atomic'"),
     ("arch: sm90a\ndtype: bf16\ntile: 128x128x64\nbatched: yes please\n", 4, "batched", "true or false"),
     ("arch: sm90a\ndtype: e4m3\ntile: 128x128x128\nschedule:\n  kernel: pingpong\n  fp8_fast_accum: fast\n", 6,
      "schedule.fp8_fast_accum", "true or false"),

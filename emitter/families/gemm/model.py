@@ -91,6 +91,23 @@ class TileScheduler(Enum):  # CUTLASS 3.x only
         return self.value
 
 
+class Raster(Enum):  # CUTLASS 3.x only: the order the persistent / stream-K scheduler hands out output tiles
+    heuristic = "heuristic"   # CUTLASS's RasterOrderOptions::Heuristic (along the longer side of the tile grid)
+    along_m = "along_m"       # consecutive tiles walk down M (one column of tiles after another)
+    along_n = "along_n"       # consecutive tiles walk along N (one row of tiles after another)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Reduction(Enum):  # CUTLASS 3.x stream-K / split-K only: how the partial tiles of one output tile meet
+    deterministic = "deterministic"         # in K order, each split waiting for the one before (a turnstile)
+    nondeterministic = "nondeterministic"   # every split adds into the first split's partial as it arrives
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class Activation(Enum):
     identity = "identity"
     relu = "relu"
@@ -167,7 +184,7 @@ class GemmInstance:
     kernel_schedule: KernelSchedule
     epilogue_schedule: EpilogueSchedule
     tile_scheduler: TileScheduler
-    swizzle: int                # 2.x threadblock swizzle log-free width: 1, 2, 4, 8
+    swizzle: int                # 2.x threadblock swizzle width / 3.x scheduler max_swizzle_size: 1, 2, 4, 8
     alignment_a: int            # elements; AUTO (0) = derived maximum
     alignment_b: int
     alignment_c: int
@@ -183,6 +200,11 @@ class GemmInstance:
     # bias are the caller's problem (what every API above the host shim sees); tile and cluster are the
     # kernel's, over (N, M, K). The host shim swaps the operands (cuBLAS's small-M kernels do the same).
     swap_ab: bool = False
+    # CUTLASS 3.x tile scheduler arguments, fixed per instance by the host shim (sm90a): `swizzle` (the
+    # field above) is then the scheduler's max_swizzle_size, `raster` its raster order (in the caller's
+    # terms: a swap_ab kernel walks the other way), `reduction` the stream-K / split-K reduction mode.
+    raster: Raster = Raster.heuristic
+    reduction: Reduction = Reduction.deterministic
     # where it came from (not part of identity)
     spec_file: str = field(default="", compare=False)
     spec_index: int = field(default=0, compare=False)

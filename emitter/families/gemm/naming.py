@@ -1,16 +1,19 @@
 """One deterministic, readable name per resolved GEMM instance: file name, C symbol, manifest key.
 
 gemm_<arch>_<a><b>_<c><d>_acc<acc>[_ep<compute>]_<la><lb><lc>_<tile>_<w..|c..>_i<instr>_s<stages>
-    [_<schedule>[_fastacc]_<epilogue schedule>_<tile scheduler>] [_swz<N>] _al<a>x<b>x<c>
+    [_<schedule>[_fastacc]_<epilogue schedule>_<tile scheduler>[_swz<N>][_raster<m|n>][_nondet]] [_swz<N>]
+    [_swapab] _al<a>x<b>x<c>
     _<activation>[_bias<row|col>] [_splitk<serial|parallel>] [_batched] [_simt]
 Every configuration field appears (or is at its stated default), so different configs get different names.
-`fastacc` (fp8_fast_accum) appears only when set, so names of instances without it are unchanged.
+`fastacc` (fp8_fast_accum) appears only when set, so names of instances without it are unchanged; so do the
+3.x scheduler tokens (swizzle other than 1, raster other than heuristic, nondeterministic reduction).
 """
 
 from __future__ import annotations
 
 from emitter.families.gemm.model import (
-    Activation, Bias, EpilogueSchedule, GemmInstance, KernelSchedule, OpClass, SplitK, TileScheduler,
+    Activation, Bias, EpilogueSchedule, GemmInstance, KernelSchedule, OpClass, Raster, Reduction, SplitK,
+    TileScheduler,
 )
 
 _SCHED = {KernelSchedule.auto: "auto", KernelSchedule.cooperative: "coop", KernelSchedule.pingpong: "pingpong"}
@@ -41,10 +44,16 @@ def instance_name(inst: GemmInstance) -> str:
         if inst.fp8_fast_accum:
             parts.append("fastacc")
         parts += [_EPI[inst.epilogue_schedule], _TS[inst.tile_scheduler]]
+        if inst.swizzle != 1:
+            parts.append(f"swz{inst.swizzle}")
     else:
         parts.append(f"swz{inst.swizzle}")
         if inst.fp8_fast_accum:   # rejected on 2.x; named anyway so a rejected config stays distinct
             parts.append("fastacc")
+    if inst.raster is not Raster.heuristic:   # 3.x only (rejected on 2.x, named there too)
+        parts.append("raster" + ("m" if inst.raster is Raster.along_m else "n"))
+    if inst.reduction is Reduction.nondeterministic:
+        parts.append("nondet")
     if inst.swap_ab:   # rejected on 2.x; named there too, like fastacc
         parts.append("swapab")
     parts.append(f"al{inst.alignment_a}x{inst.alignment_b}x{inst.alignment_c}")

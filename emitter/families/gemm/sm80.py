@@ -32,7 +32,7 @@ from typing import Any
 from emitter.dtypes import DType
 from emitter.families.gemm.model import (
     AUTO, Activation, Arch, Bias, EpilogueSchedule, GemmInstance, KernelSchedule, Layout, OpClass,
-    Rejection, Shape3, SplitK, TileScheduler,
+    Raster, Reduction, Rejection, Shape3, SplitK, TileScheduler,
 )
 
 ARCHES: tuple[Arch, ...] = (Arch.sm75, Arch.sm80, Arch.sm86, Arch.sm89)
@@ -351,6 +351,11 @@ def resolve(inst: GemmInstance) -> GemmInstance | Rejection:
         return _reject(inst, "fp8-fast-accum", f"fp8_fast_accum is a CUTLASS 3.x (sm90a) kernel schedule "
                                                f"(KernelTmaWarpSpecialized*FP8FastAccum): remove it for {arch}, "
                                                f"or use arch sm90a with e4m3/e5m2 inputs")
+    if inst.raster is not Raster.heuristic or inst.reduction is not Reduction.deterministic:
+        what = (f"raster={inst.raster}" if inst.raster is not Raster.heuristic else f"reduction={inst.reduction}")
+        return _reject(inst, "scheduler-3x-only", f"{what} is an argument of CUTLASS 3.x's (sm90a) persistent / "
+                                                  f"stream-K tile scheduler: remove it for {arch} (2.x orders "
+                                                  f"tiles with `swizzle`), or use arch sm90a")
     if inst.swap_ab:
         return _reject(inst, "swap-ab-3x-only", f"swap_ab is a CUTLASS 3.x (sm90a) option of emitter's host shim: "
                                                 f"remove it for {arch} (CUTLASS 2.x's GemmUniversal already "

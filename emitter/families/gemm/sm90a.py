@@ -23,7 +23,7 @@ from typing import Any
 from emitter.dtypes import DType
 from emitter.families.gemm.model import (
     AUTO, Activation, Arch, Bias, EpilogueSchedule, GemmInstance, KernelSchedule, Layout, OpClass,
-    Rejection, Shape3, SplitK, TileScheduler,
+    Raster, Reduction, Rejection, Shape3, SplitK, TileScheduler,
 )
 
 ARCHES = (Arch.sm90a,)
@@ -222,14 +222,16 @@ def _fail(rule: str, reason: str) -> None:
 
 _FLIP = {Layout.row: Layout.col, Layout.col: Layout.row}
 _FLIP_BIAS = {Bias.none: Bias.none, Bias.row: Bias.column, Bias.column: Bias.row}
+_FLIP_RASTER = {Raster.heuristic: Raster.heuristic, Raster.along_m: Raster.along_n, Raster.along_n: Raster.along_m}
 
 
 def kernel_view(inst: GemmInstance) -> GemmInstance:
     """For a swap_ab instance, the GEMM CUTLASS builds: D^T = B^T A^T (A and B swap dtypes and alignments,
-    every layout flips, a per-row bias becomes per-column). An involution: it toggles swap_ab, so
-    kernel_view(kernel_view(x)) == x and a resolved view maps back to the caller's instance."""
+    every layout flips, a per-row bias becomes per-column, walking the caller's M is walking the kernel's N).
+    An involution: it toggles swap_ab, so kernel_view(kernel_view(x)) == x and a resolved view maps back to
+    the caller's instance."""
     return inst.replace(
-        a=inst.b, b=inst.a,
+        a=inst.b, b=inst.a, raster=_FLIP_RASTER[inst.raster],
         layout_a=_FLIP[inst.layout_b], layout_b=_FLIP[inst.layout_a], layout_c=_FLIP[inst.layout_c],
         alignment_a=inst.alignment_b, alignment_b=inst.alignment_a,
         epilogue=dataclasses.replace(inst.epilogue, bias=_FLIP_BIAS[inst.epilogue.bias]),
@@ -439,6 +441,11 @@ def _resolve_schedules(inst: GemmInstance) -> GemmInstance:
     if inst.split_k is SplitK.serial:
         scheduler = TileScheduler.stream_k   # CUTLASS 3.x split-K is the stream-K scheduler, SplitK mode
     needs_coop = scheduler is TileScheduler.stream_k
+    if inst.reduction is Reduction.nondeterministic and scheduler is not TileScheduler.stream_k:
+        _fail("reduction-needs-stream-k",
+              "reduction: nondeterministic is how CUTLASS's stream-K scheduler adds the partial tiles of one "
+              "output tile; this instance has none (persistent scheduler, no split-K): remove it, or add "
+              "split_k: serial or tile_scheduler: stream_k")
     schedule = inst.kernel_schedule
     if schedule is KernelSchedule.auto:
         schedule = KernelSchedule.cooperative if inst.tile.m % 128 == 0 else KernelSchedule.pingpong
@@ -710,6 +717,10 @@ def template_context(inst: GemmInstance) -> dict[str, Any]:
         "is_stream_k": stream_k,
         "fp8_fast_accum": inst.fp8_fast_accum,
         "is_split_k_serial": inst.split_k is SplitK.serial,
+        # tile scheduler arguments the host shim sets (CUTLASS's defaults otherwise: 1, Heuristic, Deterministic)
+        "max_swizzle_size": inst.swizzle,
+        "raster_cpp": {Raster.heuristic: "", Raster.along_m: "AlongM", Raster.along_n: "AlongN"}[inst.raster],
+        "reduction_nondeterministic": inst.reduction is Reduction.nondeterministic,
         "batched": inst.batched,
         "swap_ab": False,
         "tma_epilogue": tma_epi,

@@ -15,7 +15,7 @@ from emitter.dtypes import DTYPE_ALIASES, DType
 from emitter.errors import SpecError
 from emitter.families.gemm.model import (
     AUTO, Activation, Arch, Bias, Epilogue, EpilogueSchedule, GemmInstance, KernelSchedule, Layout,
-    OpClass, Shape3, SplitK, TileScheduler,
+    OpClass, Raster, Reduction, Shape3, SplitK, TileScheduler,
 )
 from emitter.spec.loader import Document, KeyPath
 
@@ -74,6 +74,10 @@ _tile_scheduler = _enum(TileScheduler, {"streamk": "stream_k", "stream-k": "stre
 _activation = _enum(Activation, {"none": "identity", "linear": "identity", "swish": "silu"})
 _bias = _enum(Bias, {"per_row": "row", "per_column": "column", "col": "column", "per_col": "column"})
 _split_k = _enum(SplitK, {"no": "none", "off": "none"})
+_raster = _enum(Raster, {"auto": "heuristic", "m": "along_m", "n": "along_n", "alongm": "along_m",
+                         "alongn": "along_n"})
+_reduction = _enum(Reduction, {"nondet": "nondeterministic", "non_deterministic": "nondeterministic",
+                               "det": "deterministic"})
 
 
 def _int(lo: int, hi: int, *, auto: bool = False, choices: tuple[int, ...] | None = None):
@@ -234,6 +238,7 @@ _SCHEDULE_KEYS = {
     "epilogue": _leaf("epilogue_schedule", _epilogue_schedule),
     "tile_scheduler": _leaf("tile_scheduler", _tile_scheduler),
     "fp8_fast_accum": _leaf("fp8_fast_accum", _bool),
+    "reduction": _leaf("reduction", _reduction),
 }
 _ALIGN = _int(1, 16, auto=True, choices=(1, 2, 4, 8, 16))
 _ALIGNMENT_KEYS = {"a": _leaf("alignment_a", _ALIGN), "b": _leaf("alignment_b", _ALIGN), "c": _leaf("alignment_c", _ALIGN)}
@@ -255,6 +260,7 @@ SPEC_KEYS: dict[str, Callable[[_Ctx, KeyPath, Any], list[Assign]]] = {
     "stages": _leaf("stages", _int(2, 16, auto=True)),
     "schedule": _mapping(_SCHEDULE_KEYS, _schedule_shorthand, "schedule"),
     "swizzle": _leaf("swizzle", _int(1, 8, choices=(1, 2, 4, 8))),
+    "raster": _leaf("raster", _raster),
     "alignment": _mapping(_ALIGNMENT_KEYS, _alignment_shorthand, "alignment"),
     "epilogue": _mapping(_EPILOGUE_KEYS, _activation_shorthand, "epilogue"),
     "split_k": _leaf("split_k", _split_k),
@@ -345,6 +351,8 @@ def _build(point: Assign) -> GemmInstance:
         batched=point.get("batched", False),
         fp8_fast_accum=point.get("fp8_fast_accum", False),
         swap_ab=point.get("swap_ab", False),
+        raster=point.get("raster", Raster.heuristic),
+        reduction=point.get("reduction", Reduction.deterministic),
     )
 
 
