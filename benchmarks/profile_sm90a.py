@@ -48,6 +48,8 @@ SHAPES = {
     # small-m and the two largest squares: where the emitted kernels are furthest behind (make bench-gpu-small)
     "explore": [f"- {{m: {[m for m in LLM_M if m <= 512]}, n: {n}, k: {k}}}" for n, k in LLM_NK]
                + ["- square: [8192, 16384]"],
+    # the square and M >= 2048 LLM shapes: the fp8 goal's set, where the large-tile kernels run
+    "large": ["- set: square"] + [f"- {{m: {[m for m in LLM_M if m >= 2048]}, n: {n}, k: {k}}}" for n, k in LLM_NK],
     "quick": ["- square: [1024, 2048, 4096, 8192]",
               "- {m: [16, 128, 2048], n: 4096, k: 4096}",
               "- {m: [16, 8192], n: 14336, k: 4096}",

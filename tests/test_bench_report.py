@@ -66,4 +66,6 @@ def test_shape_sets_parse_and_small_m_is_the_llm_rows_up_to_512():
     assert sets["small-m"] == {(m, n, k) for m in LLM_M if m <= 512 for n, k in LLM_NK}
     assert sets["small-m"] < sets["llm"] and sets["square"] | sets["llm"] == sets["all"]
     assert sets["explore"] == sets["small-m"] | {(8192, 8192, 8192), (16384, 16384, 16384)}
+    assert sets["large"] == sets["square"] | {(m, n, k) for m in LLM_M if m >= 2048 for n, k in LLM_NK}
+    assert sets["large"] | sets["small-m"] == sets["all"] and len(sets["large"]) == 16
     assert len(sets["all"]) == 34      # 5 square + 30 LLM shapes, 8192^3 in both
