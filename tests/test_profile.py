@@ -20,7 +20,7 @@ from emitter.profile import report as rep
 from emitter.profile.config import LLM_M, LLM_NK, Problem, ProfileConfig, load_config, parse_config_text
 from emitter.profile.records import CHECK_FAILED, FAULT, OK, Measurement, Op, min_bytes
 from emitter.profile.runner import plan, run, shard
-from emitter.profile.selection import choose, choose_all, noise_ms
+from emitter.profile.selection import TIE_CAP, choose, choose_all, noise_ms
 from emitter.profile.stats import TimingStats
 from emitter.profile.timing import iterations_for, rotation_sets
 
@@ -194,6 +194,19 @@ def test_noisy_measurements_widen_the_tie():
     noisy = meas("k_b", 1.00, 0.06, seed=2)       # IQR ~ 8% of the median
     assert noise_ms(noisy.stats, quiet.stats, 0.01) > 0.04
     assert choose([noisy, quiet]).ties == ("k_a", "k_b")
+
+
+def test_a_noisy_slow_kernel_does_not_tie_a_steady_fast_one():
+    """The tie window is capped (TIE_CAP): figures shaped on an H200 run at 16384^3, where a ping-pong kernel's
+    repeats drifted 13.2-17.7 ms and, uncapped, tied the steady 12.8 ms kernel and won by name."""
+    steady = Measurement("kernel", "k_z_128x256", "emitter", OP, P)
+    steady.stats = TimingStats.from_samples([[12.74] * 10, [12.76] * 10, [12.82] * 10])
+    noisy = Measurement("kernel", "k_a_128x128", "emitter", OP, P)
+    noisy.stats = TimingStats.from_samples([[17.2] * 10, [13.25] * 10, [17.73] * 10])
+    assert noisy.stats.run_spread_ms > noisy.stats.median_ms - steady.stats.median_ms   # uncapped: a tie
+    ch = choose([steady, noisy])
+    assert ch.winner.name == "k_z_128x256" and ch.ties == ("k_z_128x256",)
+    assert noise_ms(steady.stats, noisy.stats, 0.01) == pytest.approx(TIE_CAP * steady.stats.median_ms)
 
 
 def test_repeat_drift_counts_as_noise():

@@ -7,6 +7,10 @@ the noise of the fastest one is a tie. Noise between two measurements x (the fas
         (iqr_x + iqr_y) / 2,                 # launch-to-launch spread of both
         run_spread_x, run_spread_y)          # range of per-repeat medians: the run-to-run drift
 
+capped at TIE_CAP x median_x (5%): a kernel measured that noisily is no evidence of being as fast, and the
+name order must not pick it over a steady kernel a third faster (seen on an H200: a ping-pong kernel at
+16384^3 with repeat medians 17.4 / 13.2 / 17.7 ms tied the steady 12.8 ms kernel and won by name).
+
 Among the tied kernels the winner is the first by name: deterministic, so reruns that measure the
 same kernels within noise of each other pick the same winner (and report the others as ties).
 The tuning table (problem -> kernel with its figures) feeds the exported library's dispatch.
@@ -22,8 +26,10 @@ from emitter.profile.records import Measurement
 from emitter.profile.stats import TimingStats
 
 TUNING_SCHEMA_VERSION = 1
+TIE_CAP = 0.05                  # the widest tie window, as a fraction of the fastest median
 RULE = ("median of all launches; ties: within max(tie_tolerance x best median, mean IQR of the two, "
-        "run-to-run spread of either) of the fastest median; tie-break: name order")
+        f"run-to-run spread of either), at most {TIE_CAP:.0%} of the fastest median, of the fastest median; "
+        "tie-break: name order")
 
 
 # split-K slice counts the profiler tries on a split_k: serial instance (cutlass_profiler's --split_k_slices)
@@ -46,8 +52,9 @@ def split_k_candidates(tile: tuple[int, int, int], m: int, n: int, k: int, batch
 
 
 def noise_ms(best: TimingStats, other: TimingStats, tie_tolerance: float) -> float:
-    return max(tie_tolerance * best.median_ms, (best.iqr_ms + other.iqr_ms) / 2,
-               best.run_spread_ms, other.run_spread_ms)
+    spread = max(tie_tolerance * best.median_ms, (best.iqr_ms + other.iqr_ms) / 2,
+                 best.run_spread_ms, other.run_spread_ms)
+    return min(spread, max(TIE_CAP, tie_tolerance) * best.median_ms)
 
 
 @dataclass(frozen=True)
