@@ -6,7 +6,7 @@ OUT     ?= generated/demo
 SPECS   ?= configs/gemm/*.yaml
 JOBS    ?=
 
-.PHONY: install demo emit build verify profile test test-fast test-gpu bench bench-gpu bench-gpu-small perf-doc golden clean
+.PHONY: install demo emit build verify profile test test-fast test-gpu bench bench-gpu bench-gpu-explore perf-doc golden clean
 
 install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -46,13 +46,13 @@ bench: install           # emit speed (10,000 instances) and build overhead agai
 bench-gpu:               # on the GPU machine: build, verify and profile the sm90a configs vs cuBLAS (issue 6)
 	python3 benchmarks/profile_sm90a.py --out results/sm90a --shapes all --doc docs/performance.md
 
-bench-gpu-small:         # on the GPU machine: bf16 TN, M <= 512 + 8192^3, 16384^3, tuned set + configs/tuning/sm90a_explore.yaml
+bench-gpu-explore:       # on the GPU machine: the tuned set + configs/tuning/sm90a_explore.yaml, M <= 512 + 8192^3, 16384^3
 	python3 benchmarks/profile_sm90a.py --out results/sm90a-small --shapes explore \
 	  --specs configs/gemm/sm90a_bf16.yaml --specs configs/tuning/sm90a_candidates.yaml \
-	  --specs configs/tuning/sm90a_explore.yaml --select 'arch=sm90a activation=identity bias=none layout=tn a=bf16'
+	  --specs configs/tuning/sm90a_explore.yaml --select 'arch=sm90a activation=identity bias=none a=bf16,f16'
 
-perf-doc: install        # no GPU: docs/performance.md from a bench-gpu run's outputs (RUN=results/sm90a)
-	$(BIN)/python benchmarks/profile_sm90a.py --report-only $(or $(RUN),results/sm90a) --doc docs/performance.md
+perf-doc: install        # no GPU: docs/performance.md from the run records in docs/perf/runs (oldest first), then RUN=<run dir> if given
+	$(BIN)/python benchmarks/profile_sm90a.py $(foreach r,$(sort $(filter-out %.tuning.json,$(wildcard docs/perf/runs/*.json))) $(RUN),--report-only $(r)) --doc docs/performance.md
 
 clean:
 	rm -rf generated/demo results build dist .pytest_cache

@@ -45,7 +45,7 @@ SHAPES = {
     "llm": ["- set: llm"],
     # M <= 512 rows of the LLM set: the decode / few-output-tile shapes
     "small-m": [f"- {{m: {[m for m in LLM_M if m <= 512]}, n: {n}, k: {k}}}" for n, k in LLM_NK],
-    # small-m and the two largest squares: where the emitted kernels are furthest behind (make bench-gpu-small)
+    # small-m and the two largest squares: where the emitted kernels are furthest behind (make bench-gpu-explore)
     "explore": [f"- {{m: {[m for m in LLM_M if m <= 512]}, n: {n}, k: {k}}}" for n, k in LLM_NK]
                + ["- square: [8192, 16384]"],
     # the square and M >= 2048 LLM shapes: the fp8 goal's set, where the large-tile kernels run
@@ -118,8 +118,13 @@ def summarize(profile_json: Path) -> dict:
             "tflops": r["tflops"], "baseline_tflops": b.get("tflops"), "baseline": b.get("provider"),
             "ratio": r["ratio_to_baseline"], "pct_peak": (100 * r["tflops"] / peak) if peak and r["tflops"] else None,
             "tied": r.get("tied", False)})
-    summary: dict = {"environment": data["environment"], "baselines": data["baselines"], "ops": {}, "goals": []}
-    every = {(r["m"], r["n"], r["k"]) for r in data["rows"]}
+    return finish(ops, {(r["m"], r["n"], r["k"]) for r in data["rows"]}, data["environment"], data["baselines"])
+
+
+def finish(ops: dict[str, list[dict]], every: set[tuple[int, int, int]], environment: dict,
+           baselines: list[str]) -> dict:
+    """Per-op geomeans, missing problems and the goal checks, from the best-kernel rows of each op."""
+    summary: dict = {"environment": environment, "baselines": baselines, "ops": {}, "goals": []}
     for op, rows in ops.items():
         ratios = [x["ratio"] for x in rows if x["ratio"]]
         have = {(x["m"], x["n"], x["k"]) for x in rows}
@@ -178,34 +183,135 @@ def table_text(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def markdown(summary: dict, commands: list[str], times: dict, plots: list[str], notes: str) -> str:
+def load_run(src: Path) -> dict:
+    """One run for the report: a run directory (RUN/profile/profile.json, RUN/run.json, RUN/verify.json) or a
+    run record saved by an earlier report (docs/perf/runs/<label>.json: the same summary with its run facts)."""
+    if src.is_dir():
+        pj = src / "profile" / "profile.json"
+        summary = summarize(pj)
+        meta = json.loads((src / "run.json").read_text()) if (src / "run.json").is_file() else {}
+        verify = None
+        if (src / "verify.json").is_file():      # the same build, verified before it was profiled
+            v = json.loads((src / "verify.json").read_text())
+            verify = {"seed": v.get("seed"), "device": v.get("device"), **v.get("summary", {})}
+        date = meta.get("date") or _dt.datetime.fromtimestamp(pj.stat().st_mtime, _dt.timezone.utc).strftime("%Y-%m-%d")
+        run = {"label": meta.get("label") or f"{date}-{src.name}", "date": date, "commands": meta.get("commands", []),
+               "times": meta.get("times", {}), "verify": verify, "shapes": _argv_value(meta.get("argv", []), "--shapes")}
+        if meta.get("note"):
+            run["note"] = meta["note"]
+        return {"run": run, **summary, "goals": [list(g) for g in summary["goals"]]}
+    data = json.loads(src.read_text())
+    if "run" not in data or "ops" not in data:
+        raise SystemExit(f"{src}: not a run directory or a run record (docs/perf/runs/*.json)")
+    return data
+
+
+def _argv_value(argv: list[str], flag: str) -> str | None:
+    vals = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == flag]
+    return vals[-1] if vals else None
+
+
+def merge_runs(records: list[dict]) -> dict:
+    """One summary over several runs: for each (op, problem) the row of the last run (in the order given) that
+    measured it, labelled with that run. Every ratio stays against the baseline measured in the kernel's own run."""
+    ops: dict[str, dict[tuple, dict]] = {}
+    every: set[tuple[int, int, int]] = set()
+    baselines: list[str] = []
+    for rec in records:
+        for op, g in rec["ops"].items():
+            for x in g["rows"]:
+                key = (x["m"], x["n"], x["k"])
+                every.add(key)
+                ops.setdefault(op, {})[key] = {**x, "run": rec["run"]["label"]}
+            every |= {tuple(int(v) for v in p.split("x")) for p in g.get("missing", [])}
+        baselines += [b for b in rec["baselines"] if b not in baselines]
+    rows = {op: sorted(r.values(), key=lambda x: (x["m"] * x["n"] * x["k"], x["m"], x["n"], x["k"]))
+            for op, r in ops.items()}
+    merged = finish(rows, every, records[-1]["environment"], baselines)
+    merged["runs"] = [rec["run"] for rec in records]
+    return merged
+
+
+def write_plots(summary: dict, plot_dir: Path) -> list[str]:
+    """Ratio to the baseline per problem, one PNG per op (best kernel of each shape, coloured by run)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plots")
+        return []
+    out = []
+    for op, g in summary["ops"].items():
+        rows = [x for x in g["rows"] if x.get("ratio")]
+        if not rows:
+            continue
+        fig, ax = plt.subplots(figsize=(12, 4.5))
+        labels = [f"{x['m']}x{x['n']}x{x['k']}" for x in rows]
+        runs = sorted({x.get("run", "") for x in rows})
+        colors = {r: f"C{i}" for i, r in enumerate(runs)}
+        ax.bar(range(len(rows)), [x["ratio"] for x in rows], color=[colors[x.get("run", "")] for x in rows])
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.axhline(GOAL_MIN_16BIT, color="gray", linewidth=0.8, linestyle="--")
+        ax.set_xticks(range(len(rows)))
+        ax.set_xticklabels(labels, rotation=75, fontsize=7)
+        ax.set_ylabel("best emitted / baseline (same run)")
+        ax.set_title(f"{op}: geomean {g['geomean']:.3f}x over {g['with_baseline']} problems")
+        if len(runs) > 1:
+            from matplotlib.patches import Patch
+            ax.legend(handles=[Patch(color=colors[r], label=r) for r in runs], fontsize=7, loc="lower right")
+        fig.tight_layout()
+        name = f"{op}_ratio.png"
+        fig.savefig(plot_dir / name, dpi=90)
+        plt.close(fig)
+        out.append(f"perf/{name}")
+    return out
+
+
+def _run_line(r: dict) -> str:
+    what = f"shapes `{r['shapes']}`" if r.get("shapes") else "shapes: see its commands"
+    v = r.get("verify")
+    ver = (f"; verify (`emitter verify --quick`, seed {v.get('seed')}): instances {v.get('instances')}, cases "
+           f"{v.get('cases')}" if v else "")
+    times = ", ".join(f"{k} {t:.0f} s" for k, t in (r.get("times") or {}).items())
+    return (f"- **{r['label']}** ({r['date']}): {what}{ver}" + (f"; step times: {times}" if times else "")
+            + (f". {r['note']}" if r.get("note") else ""))
+
+
+def markdown(summary: dict, plots: list[str], notes: str) -> str:
     env = summary["environment"]
-    date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d")
+    runs = summary["runs"]
+    several = len(runs) > 1
     out = [f"# Hopper GEMM performance (issue 6)",
            "",
-           f"Written by `benchmarks/profile_sm90a.py` from the outputs of one run on the GPU machine ({date}): "
+           f"Written by `benchmarks/profile_sm90a.py` from the outputs of {len(runs)} run{'s' if several else ''} on "
+           f"the GPU machine ({', '.join(sorted({r['date'] for r in runs}))}): "
            f"{env.get('name')}, {env.get('sm_count')} SMs, driver {env.get('driver')}, CUDA {env.get('nvcc')}, "
-           f"CUTLASS {env.get('cutlass')}. Do not edit by hand: regenerate with `make perf-doc RUN=<run dir>`.",
+           f"CUTLASS {env.get('cutlass')}. Do not edit by hand: regenerate with `make perf-doc` (the run records "
+           "in docs/perf/runs/, oldest first) or `make perf-doc RUN=<run dir>`.",
            "",
            "Ratio = cuBLAS time / emitted kernel time for the best emitted kernel of the shape (the profiler's "
            "stable winner: fastest median, ties within noise broken by name), both measured in the same process "
            "on the same buffers (rotated past L2), CUDA events, median of repeats. Each kernel was checked against "
-           "a reference on that very problem before its time counted. Baselines: " + "; ".join(summary["baselines"]),
-           "",
-           "Commands (on the GPU machine, project root):",
-           "```"] + commands + ["```", ""]
-    if times:
-        out += ["Step times: " + ", ".join(f"{k} {v:.0f} s" for k, v in times.items()), ""]
-    out += ["## Goals", ""]
+           "a reference on that very problem before its time counted. Baselines: " + "; ".join(summary["baselines"])]
+    if several:
+        out += ["", "Each row comes from the latest run that measured that shape for that op (its label is in the "
+                "`run` column); its ratio is against the baseline measured in that same run. Runs, oldest first:"]
+    out += [""] + [_run_line(r) for r in runs]
+    for r in runs:
+        if r.get("commands"):
+            out += ["", f"Commands of {r['label']} (on the GPU machine, project root):", "```"] + r["commands"] + ["```"]
+    out += ["", "## Goals", ""]
     for what, got, met in summary["goals"]:
         out.append(f"- {'met' if met else '**NOT met**'}: {what}: {got}")
     for op, g in summary["ops"].items():
-        out += ["", f"## {op}", "", "| problem | best kernel | TFLOP/s | % of dense peak | cuBLAS TFLOP/s | ratio |",
-                "|---|---|---:|---:|---:|---:|"]
+        out += ["", f"## {op}", "", "| problem | best kernel | TFLOP/s | % of dense peak | cuBLAS TFLOP/s | ratio |"
+                + (" run |" if several else ""), "|---|---|---:|---:|---:|---:|" + ("---|" if several else "")]
         for x in g["rows"]:
             kern = _kernel_text({"name": x["kernel"], "split_k": x["split_k"]})
             out.append(f"| {x['m']}x{x['n']}x{x['k']} | `{kern}` | {x['tflops'] or 0:.1f} | {x['pct_peak'] or 0:.1f} | "
-                       f"{x['baseline_tflops'] or 0:.1f} | {x['ratio'] or 0:.3f}{' (tie)' if x['tied'] else ''} |")
+                       f"{x['baseline_tflops'] or 0:.1f} | {x['ratio'] or 0:.3f}{' (tie)' if x['tied'] else ''} |"
+                       + (f" {x.get('run', '')} |" if several else ""))
         if g["missing"]:
             out += ["", f"No result for {', '.join(g['missing'])} (no kernel of this op finished it, or no baseline)."]
         if g["geomean"]:
@@ -213,7 +319,7 @@ def markdown(summary: dict, commands: list[str], times: dict, plots: list[str], 
                     f"{g['below_0.97']} below 0.97x."
                     + (f" Square + large-LLM (M >= 2048) shapes: {g['geomean_square_and_large_llm']:.3f}x."
                        if g.get("geomean_square_and_large_llm") else "")]
-    out += ["", "The tuning table of this run (best kernel and split-K count per shape, for "
+    out += ["", "The tuning table behind these rows (best kernel and split-K count per shape, for "
             "`emitter library <gen> --tuning docs/perf/tuning.json`) is in docs/perf/tuning.json; the tables above as "
             "JSON in docs/perf/summary.json."]
     if plots:
@@ -223,36 +329,59 @@ def markdown(summary: dict, commands: list[str], times: dict, plots: list[str], 
     return "\n".join(out) + "\n"
 
 
-def write_report(run: Path, doc: Path | None, notes_file: Path | None) -> None:
-    summary = summarize(run / "profile" / "profile.json")
-    meta = json.loads((run / "run.json").read_text()) if (run / "run.json").is_file() else {}
-    (run / "summary.json").write_text(json.dumps({**summary, "goals": [list(g) for g in summary["goals"]]}, indent=1))
+def _tuning_file(src: Path) -> Path:
+    return src / "profile" / "tuning.json" if src.is_dir() else src.with_name(src.stem + ".tuning.json")
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_report(sources: Path | list[Path], doc: Path | None, notes_file: Path | None) -> dict:
+    """The report over one or more runs (run directories or saved run records), oldest first. With --doc,
+    also docs/perf/: summary.json, tuning.json (merged like the rows), the ratio plots, and runs/<label>.json
+    (+ .tuning.json), the record of each run, so the report can be written again without the run directories."""
+    sources = [sources] if isinstance(sources, Path) else list(sources)
+    records = [load_run(src) for src in sources]
+    summary = merge_runs(records)
+    for src, rec in zip(sources, records):
+        if src.is_dir():
+            (src / "summary.json").write_text(json.dumps(rec, indent=1))
     print("\n" + table_text(summary))
-    plots = []
-    if doc is not None:
-        doc.parent.mkdir(parents=True, exist_ok=True)
-        plot_dir = doc.parent / "perf"
-        plot_dir.mkdir(parents=True, exist_ok=True)
-        # the ratio plots (best kernel / baseline per shape); the TFLOP/s plots of every kernel stay in RUN
-        src = sorted((run / "profile" / "plots").glob("*_ratio.png")) if (run / "profile" / "plots").is_dir() else []
-        if src:
-            for p in src:
-                shutil.copyfile(p, plot_dir / p.name)
-                plots.append(f"perf/{p.name}")
-        if (run / "profile" / "tuning.json").is_file():   # the measured tuning table, for `emitter library --tuning`
-            shutil.copyfile(run / "profile" / "tuning.json", plot_dir / "tuning.json")
-        shutil.copyfile(run / "summary.json", plot_dir / "summary.json")   # the tables as data
-        notes = notes_file.read_text() if notes_file and notes_file.is_file() else ""
-        if (run / "verify.json").is_file():      # the same build, verified before it was profiled
-            v = json.loads((run / "verify.json").read_text())
-            s = v.get("summary", {})
-            notes = (f"Verify (`emitter verify --quick`, seed {v.get('seed')}, {v.get('device')}): instances "
-                     f"{s.get('instances')}, cases {s.get('cases')}.\n\n" + notes)
-        text = markdown(summary, meta.get("commands", []), meta.get("times", {}), plots, notes)
-        tmp = doc.with_suffix(".md.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, doc)
-        print(f"wrote {doc}")
+    if doc is None:
+        return summary
+    perf = doc.parent / "perf"
+    runs_dir = perf / "runs"
+    tuning: dict[tuple, dict] = {}
+    head: dict = {}
+    for src, rec in zip(sources, records):
+        tfile = _tuning_file(src)
+        table = json.loads(tfile.read_text()) if tfile.is_file() else {}
+        entries = table.get("entries", [])
+        saved = runs_dir / f"{rec['run']['label']}.json"
+        if src.is_dir() or src.resolve() != saved.resolve():
+            _atomic_write(saved, json.dumps(rec, indent=1))
+            if table:
+                _atomic_write(_tuning_file(saved), json.dumps(table, indent=1))
+        for e in entries:
+            tuning[(e["op"]["key"], e["problem"]["m"], e["problem"]["n"], e["problem"]["k"], e["problem"].get("batch", 1))] = \
+                {**e, "run": rec["run"]["label"]}
+        if entries and not head:
+            head = {"schema_version": 1, "kind": "emitter.tuning_table"}
+    if tuning:
+        _atomic_write(perf / "tuning.json", json.dumps({**head, "runs": [r["run"]["label"] for r in records],
+                                                        "entries": list(tuning.values())}, indent=1))
+    _atomic_write(perf / "summary.json", json.dumps({**summary, "goals": [list(g) for g in summary["goals"]]}, indent=1))
+    for old in perf.glob("*_ratio.png"):
+        old.unlink()
+    plots = write_plots(summary, perf)
+    notes = notes_file.read_text() if notes_file and notes_file.is_file() else ""
+    _atomic_write(doc, markdown(summary, plots, notes))
+    print(f"wrote {doc}")
+    return summary
 
 
 def main() -> int:
@@ -270,14 +399,17 @@ def main() -> int:
     ap.add_argument("--stall-timeout", type=float, default=120.0, help="seconds before a hung kernel is killed")
     ap.add_argument("--resume", action="store_true",
                     help="finish a run cut short in --out: keep its measurements (and its verify report), take the rest")
-    ap.add_argument("--report-only", metavar="RUN", help="no GPU: write the report from RUN's outputs")
+    ap.add_argument("--report-only", metavar="RUN", action="append", default=[],
+                    help="no GPU: write the report from RUN's outputs (a run directory or a saved run record, "
+                         "docs/perf/runs/<label>.json); repeatable, oldest first: each shape's row comes from the "
+                         "latest run that measured it")
     ap.add_argument("--doc", default=None, help="also write this markdown report (e.g. docs/performance.md)")
     ap.add_argument("--notes", default="docs/performance_notes.md",
                     help="markdown appended to --doc (causes, what was tried: the part a person writes)")
     args = ap.parse_args()
 
     if args.report_only:
-        write_report(Path(args.report_only).resolve(), Path(args.doc).resolve() if args.doc else None,
+        write_report([Path(r).resolve() for r in args.report_only], Path(args.doc).resolve() if args.doc else None,
                      ROOT / args.notes if args.notes else None)
         return 0
 
@@ -323,11 +455,14 @@ def main() -> int:
         first = json.loads((out / "run.json").read_text())
         times = {**first.get("times", {}), **{k: v for k, v in times.items() if k not in first.get("times", {})}}
     else:
-        (out / "run.json").write_text(json.dumps({"commands": commands, "times": times, "argv": sys.argv[1:]}, indent=1))
+        first = {"date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d")}
+        (out / "run.json").write_text(json.dumps({"commands": commands, "times": times, "argv": sys.argv[1:],
+                                                  **first}, indent=1))
     times["profile"] = times.get("profile", 0.0) + step(
         "profile", py + ["profile", str(config), "-o", str(out / "profile"), "--stall-timeout", str(args.stall_timeout)]
         + (["--resume"] if args.resume else []), out / "profile.log" if not args.resume else out / "profile.resume.log")
-    (out / "run.json").write_text(json.dumps({"commands": commands, "times": times, "argv": sys.argv[1:]}, indent=1))
+    (out / "run.json").write_text(json.dumps({"commands": commands, "times": times, "argv": sys.argv[1:],
+                                              "date": first.get("date")}, indent=1))
     write_report(out, Path(args.doc).resolve() if args.doc else None, ROOT / args.notes if args.notes else None)
     return 0
 

@@ -69,3 +69,51 @@ def test_shape_sets_parse_and_small_m_is_the_llm_rows_up_to_512():
     assert sets["large"] == sets["square"] | {(m, n, k) for m in LLM_M if m >= 2048 for n, k in LLM_NK}
     assert sets["large"] | sets["small-m"] == sets["all"] and len(sets["large"]) == 16
     assert len(sets["all"]) == 34      # 5 square + 30 LLM shapes, 8192^3 in both
+
+
+def test_report_over_several_runs_takes_each_shape_from_the_latest_run(tmp_path):
+    """Runs merge oldest first: each (op, problem) row comes from the last run that measured it, keeps its own
+    run's ratio and label; the saved run records alone write the same report again (make perf-doc)."""
+    bench = _bench()
+    bf = "bf16bf16_bf16bf16_accf32_tnt"
+    old_k = "gemm_sm90a_bf16bf16_bf16bf16_accf32_tnt_128x256x64_c2x1x1_i64x256x16_sauto_coop_epitma_persistent_al8x8x8_identity"
+    new_k = old_k.replace("_persistent_", "_persistent_swz4_")
+
+    def run(name, rows, date):
+        d = tmp_path / name
+        (d / "profile").mkdir(parents=True)
+        (d / "profile" / "profile.json").write_text(json.dumps(
+            {"environment": {"name": "NVIDIA H200", "sm_count": 132}, "baselines": ["cuBLAS"], "rows": rows}))
+        (d / "profile" / "tuning.json").write_text(json.dumps({"schema_version": 1, "entries": [
+            {"op": {"key": bf}, "problem": {"m": r["m"], "n": r["n"], "k": r["k"], "batch": 1}, "kernel": r["name"]}
+            for r in rows if r["best"]]}))
+        (d / "run.json").write_text(json.dumps({"commands": [f"cmd {name}"], "times": {}, "argv": ["--shapes", name],
+                                                "date": date, "label": f"{date}-{name}"}))
+        return d
+
+    full = run("all", [_row(bf, "bf16", 8192, 8192, 8192, "baseline", "cublas", 700.0),
+                       _row(bf, "bf16", 8192, 8192, 8192, "kernel", old_k, 665.0, 0.95, best=True),
+                       _row(bf, "bf16", 16, 4096, 4096, "baseline", "cublas", 40.0),
+                       _row(bf, "bf16", 16, 4096, 4096, "kernel", old_k, 36.0, 0.90, best=True)], "2026-11-22")
+    large = run("large", [_row(bf, "bf16", 8192, 8192, 8192, "baseline", "cublas", 690.0),
+                          _row(bf, "bf16", 8192, 8192, 8192, "kernel", new_k, 745.0, 1.08, best=True)], "2026-11-23")
+    doc = tmp_path / "docs" / "performance.md"
+    s = bench.write_report([full, large], doc, None)
+    rows = {(x["m"], x["n"], x["k"]): x for x in s["ops"][bf]["rows"]}
+    assert rows[(8192, 8192, 8192)]["ratio"] == 1.08 and rows[(8192, 8192, 8192)]["run"] == "2026-11-23-large"
+    assert rows[(16, 4096, 4096)]["ratio"] == 0.90 and rows[(16, 4096, 4096)]["run"] == "2026-11-22-all"
+    assert abs(s["ops"][bf]["geomean"] - (1.08 * 0.90) ** 0.5) < 1e-9
+    text = doc.read_text()
+    assert "| 1.080 | 2026-11-23-large |" in text and "cmd all" in text and "cmd large" in text
+    tuning = json.loads((doc.parent / "perf" / "tuning.json").read_text())
+    assert {(e["problem"]["m"], e["kernel"]) for e in tuning["entries"]} == {(8192, new_k), (16, old_k)}
+    records = sorted((doc.parent / "perf" / "runs").glob("*[0-9a-z].json"))
+    assert [r.name for r in records if not r.name.endswith(".tuning.json")] == ["2026-11-22-all.json",
+                                                                               "2026-11-23-large.json"]
+    again = tmp_path / "again" / "performance.md"
+    (again.parent / "perf" / "runs").mkdir(parents=True)
+    for r in records:
+        (again.parent / "perf" / "runs" / r.name).write_bytes(r.read_bytes())
+    bench.write_report(sorted(p for p in (again.parent / "perf" / "runs").glob("*.json")
+                              if not p.name.endswith(".tuning.json")), again, None)
+    assert again.read_text() == text

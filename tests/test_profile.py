@@ -432,7 +432,7 @@ def test_shard_balances_flops_deterministically():
 
 def test_plan_selects_and_resolves_manifests_beside_the_config(manifest_dir, tmp_path):
     cfg_path = manifest_dir.parent / "p.yaml"
-    cfg_path.write_text(f"manifests: [{manifest_dir.name}]\nselect: a=e4m3 fp8_fast_accum=false swap_ab=false\n"
+    cfg_path.write_text(f"manifests: [{manifest_dir.name}]\nselect: a=e4m3 fp8_fast_accum=false swap_ab=false swizzle=1\n"
                         "problems: [{square: 1024}]\n")
     pl = plan(load_config(cfg_path), cwd=tmp_path)      # not under cwd: found beside the config
     assert {i["entry"]["config"]["a"] for i in pl.instances} == {"e4m3"} and len(pl.instances) == 2
