@@ -251,6 +251,7 @@ def write_plots(summary: dict, plot_dir: Path) -> list[str]:
         runs = sorted({x.get("run", "") for x in rows})
         colors = {r: f"C{i}" for i, r in enumerate(runs)}
         ax.bar(range(len(rows)), [x["ratio"] for x in rows], color=[colors[x.get("run", "")] for x in rows])
+        ax.set_ylim(min(0.5, min(x["ratio"] for x in rows) - 0.05), max(1.3, max(x["ratio"] for x in rows) + 0.1))
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.axhline(GOAL_MIN_16BIT, color="gray", linewidth=0.8, linestyle="--")
         ax.set_xticks(range(len(rows)))
@@ -259,7 +260,8 @@ def write_plots(summary: dict, plot_dir: Path) -> list[str]:
         ax.set_title(f"{op}: geomean {g['geomean']:.3f}x over {g['with_baseline']} problems")
         if len(runs) > 1:
             from matplotlib.patches import Patch
-            ax.legend(handles=[Patch(color=colors[r], label=r) for r in runs], fontsize=7, loc="lower right")
+            ax.legend(handles=[Patch(color=colors[r], label=r) for r in runs], fontsize=7, loc="upper left",
+                      ncol=len(runs))
         fig.tight_layout()
         name = f"{op}_ratio.png"
         fig.savefig(plot_dir / name, dpi=90)

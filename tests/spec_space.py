@@ -26,6 +26,11 @@ def draw_spec(rng: random.Random, arch: str) -> dict[str, Any]:
         if rng.random() < 0.15:
             spec["swap_ab"] = True
             spec["tile"][1] = c([16, 32, 64, 128])      # what swap_ab is for: a few rows as the kernel's N
+        if rng.random() < 0.2:                            # the tile scheduler's arguments, set by the host shim
+            spec["swizzle"] = c([1, 2, 4, 8])
+            spec["raster"] = c(["heuristic", "along_m", "along_n"])
+            if rng.random() < 0.5:   # rejected (reduction-needs-stream-k) unless stream-K or split-K
+                spec["schedule"]["reduction"] = "nondeterministic"
     else:
         dt = c(["f16", "f16", "bf16", "f32", "f64", "s8"])
         spec["dtype"] = dt
