@@ -358,7 +358,7 @@ def write_report(sources: Path | list[Path], doc: Path | None, notes_file: Path 
     perf = doc.parent / "perf"
     runs_dir = perf / "runs"
     tuning: dict[tuple, dict] = {}
-    head: dict = {}
+    head = {"schema_version": 1, "kind": "emitter.tuning_table"}
     for src, rec in zip(sources, records):
         tfile = _tuning_file(src)
         table = json.loads(tfile.read_text()) if tfile.is_file() else {}
@@ -368,11 +368,10 @@ def write_report(sources: Path | list[Path], doc: Path | None, notes_file: Path 
             _atomic_write(saved, json.dumps(rec, indent=1))
             if table:
                 _atomic_write(_tuning_file(saved), json.dumps(table, indent=1))
-        for e in entries:
-            tuning[(e["op"]["key"], e["problem"]["m"], e["problem"]["n"], e["problem"]["k"], e["problem"].get("batch", 1))] = \
-                {**e, "run": rec["run"]["label"]}
-        if entries and not head:
-            head = {"schema_version": 1, "kind": "emitter.tuning_table"}
+        for e in entries:     # a later run's entry replaces an earlier one for the same (op, problem)
+            p = e["problem"]
+            tuning[(e["op"]["key"], p["m"], p["n"], p["k"], p.get("batch", 1))] = {**e, "run": rec["run"]["label"]}
+        head.update({k: table[k] for k in ("schema_version", "kind", "gpu", "emitter_version", "selection") if k in table})
     if tuning:
         _atomic_write(perf / "tuning.json", json.dumps({**head, "runs": [r["run"]["label"] for r in records],
                                                         "entries": list(tuning.values())}, indent=1))
