@@ -92,7 +92,7 @@ class TileScheduler(Enum):  # CUTLASS 3.x only
 
 
 class Raster(Enum):  # CUTLASS 3.x only: the order the persistent / stream-K scheduler hands out output tiles
-    heuristic = "heuristic"   # CUTLASS's RasterOrderOptions::Heuristic (along the longer side of the tile grid)
+    heuristic = "heuristic"   # CUTLASS's Heuristic: along_m when the tile grid has more columns (N) than rows (M)
     along_m = "along_m"       # consecutive tiles walk down M (one column of tiles after another)
     along_n = "along_n"       # consecutive tiles walk along N (one row of tiles after another)
 
