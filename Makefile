@@ -47,7 +47,7 @@ bench-gpu:               # on the GPU machine: build, verify and profile the sm9
 	python3 benchmarks/profile_sm90a.py --out results/sm90a --shapes all --doc docs/performance.md
 
 bench-gpu-explore:       # on the GPU machine: the tuned set + configs/tuning/sm90a_explore.yaml, M <= 512 + 8192^3, 16384^3
-	python3 benchmarks/profile_sm90a.py --out results/sm90a-small --shapes explore \
+	python3 benchmarks/profile_sm90a.py --out results/sm90a-explore --shapes explore \
 	  --specs configs/gemm/sm90a_bf16.yaml --specs configs/tuning/sm90a_candidates.yaml \
 	  --specs configs/tuning/sm90a_explore.yaml --select 'arch=sm90a activation=identity bias=none a=bf16,f16'
 

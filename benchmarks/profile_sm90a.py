@@ -34,22 +34,29 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from emitter.profile.config import LLM_M, LLM_NK  # noqa: E402  (the issue's shape set, one definition)
+from emitter.fsutil import atomic_write_text  # noqa: E402
 
 DEFAULT_SPECS = ["configs/gemm/sm90a_bf16.yaml", "configs/gemm/sm90a_fp8.yaml", "configs/tuning/sm90a_candidates.yaml"]
 # plain GEMMs only: the fused-epilogue f16 examples have no cuBLAS counterpart
 DEFAULT_SELECT = ["arch=sm90a activation=identity bias=none"]
+
+
+
+def _llm_rows(ms: list[int]) -> list[str]:
+    """The LLM set's (N, K) pairs against the given M values, as profile `problems:` lines."""
+    return [f"- {{m: {ms}, n: {n}, k: {k}}}" for n, k in LLM_NK]
+
 
 SHAPES = {
     "all": ["- set: square", "- set: llm"],
     "square": ["- set: square"],
     "llm": ["- set: llm"],
     # M <= 512 rows of the LLM set: the decode / few-output-tile shapes
-    "small-m": [f"- {{m: {[m for m in LLM_M if m <= 512]}, n: {n}, k: {k}}}" for n, k in LLM_NK],
+    "small-m": _llm_rows([m for m in LLM_M if m <= 512]),
     # small-m and the two largest squares: where the emitted kernels are furthest behind (make bench-gpu-explore)
-    "explore": [f"- {{m: {[m for m in LLM_M if m <= 512]}, n: {n}, k: {k}}}" for n, k in LLM_NK]
-               + ["- square: [8192, 16384]"],
+    "explore": _llm_rows([m for m in LLM_M if m <= 512]) + ["- square: [8192, 16384]"],
     # the square and M >= 2048 LLM shapes: the fp8 goal's set, where the large-tile kernels run
-    "large": ["- set: square"] + [f"- {{m: {[m for m in LLM_M if m >= 2048]}, n: {n}, k: {k}}}" for n, k in LLM_NK],
+    "large": ["- set: square"] + _llm_rows([m for m in LLM_M if m >= 2048]),
     "quick": ["- square: [1024, 2048, 4096, 8192]",
               "- {m: [16, 128, 2048], n: 4096, k: 4096}",
               "- {m: [16, 8192], n: 14336, k: 4096}",
@@ -335,13 +342,6 @@ def _tuning_file(src: Path) -> Path:
     return src / "profile" / "tuning.json" if src.is_dir() else src.with_name(src.stem + ".tuning.json")
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def write_report(sources: Path | list[Path], doc: Path | None, notes_file: Path | None) -> dict:
     """The report over one or more runs (run directories or saved run records), oldest first. With --doc,
     also docs/perf/: summary.json, tuning.json (merged like the rows), the ratio plots, and runs/<label>.json
@@ -365,22 +365,22 @@ def write_report(sources: Path | list[Path], doc: Path | None, notes_file: Path 
         entries = table.get("entries", [])
         saved = runs_dir / f"{rec['run']['label']}.json"
         if src.is_dir() or src.resolve() != saved.resolve():
-            _atomic_write(saved, json.dumps(rec, indent=1))
+            atomic_write_text(saved, json.dumps(rec, indent=1))
             if table:
-                _atomic_write(_tuning_file(saved), json.dumps(table, indent=1))
+                atomic_write_text(_tuning_file(saved), json.dumps(table, indent=1))
         for e in entries:     # a later run's entry replaces an earlier one for the same (op, problem)
             p = e["problem"]
             tuning[(e["op"]["key"], p["m"], p["n"], p["k"], p.get("batch", 1))] = {**e, "run": rec["run"]["label"]}
         head.update({k: table[k] for k in ("schema_version", "kind", "gpu", "emitter_version", "selection") if k in table})
     if tuning:
-        _atomic_write(perf / "tuning.json", json.dumps({**head, "runs": [r["run"]["label"] for r in records],
+        atomic_write_text(perf / "tuning.json", json.dumps({**head, "runs": [r["run"]["label"] for r in records],
                                                         "entries": list(tuning.values())}, indent=1))
-    _atomic_write(perf / "summary.json", json.dumps({**summary, "goals": [list(g) for g in summary["goals"]]}, indent=1))
+    atomic_write_text(perf / "summary.json", json.dumps({**summary, "goals": [list(g) for g in summary["goals"]]}, indent=1))
     for old in perf.glob("*_ratio.png"):
         old.unlink()
     plots = write_plots(summary, perf)
     notes = notes_file.read_text() if notes_file and notes_file.is_file() else ""
-    _atomic_write(doc, markdown(summary, plots, notes))
+    atomic_write_text(doc, markdown(summary, plots, notes))
     print(f"wrote {doc}")
     return summary
 
