@@ -57,6 +57,10 @@ SHAPES = {
     "explore": _llm_rows([m for m in LLM_M if m <= 512]) + ["- square: [8192, 16384]"],
     # the square and M >= 2048 LLM shapes: the fp8 goal's set, where the large-tile kernels run
     "large": ["- set: square"] + _llm_rows([m for m in LLM_M if m >= 2048]),
+    # M = 128 / 512: wave-quantized mid shapes (few output tiles of a 128-row tile, long K)
+    "mid-m": _llm_rows([m for m in LLM_M if 128 <= m <= 512]),
+    # everything but decode (M = 16), whose swap_ab kernels a re-run of the larger tiles does not touch
+    "no-decode": ["- set: square"] + _llm_rows([m for m in LLM_M if m >= 128]),
     "quick": ["- square: [1024, 2048, 4096, 8192]",
               "- {m: [16, 128, 2048], n: 4096, k: 4096}",
               "- {m: [16, 8192], n: 14336, k: 4096}",

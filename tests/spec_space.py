@@ -22,6 +22,8 @@ def draw_spec(rng: random.Random, arch: str) -> dict[str, Any]:
                             "tile_scheduler": c(["persistent", "persistent", "stream_k"])}
         if dt in ("e4m3", "e5m2") or rng.random() < 0.05:   # elsewhere: rejected (fp8-fast-accum)
             spec["schedule"]["fp8_fast_accum"] = c([False, True])
+            if rng.random() < 0.3:   # rejected (promotion-interval-fp8-only) with fast accumulation or cp.async
+                spec["schedule"]["promotion_interval"] = c([4, 8, 12, 16])
         spec["stages"] = c(["auto", "auto", 2, 3, 4, 5, 7])
         if rng.random() < 0.15:
             spec["swap_ab"] = True

@@ -22,7 +22,7 @@ from emitter.profile.records import CHECK_FAILED, FAULT, OK, Measurement, Op, mi
 from emitter.profile.runner import plan, run, shard
 from emitter.profile.selection import TIE_CAP, choose, choose_all, noise_ms
 from emitter.profile.stats import TimingStats
-from emitter.profile.timing import iterations_for, rotation_sets
+from emitter.profile.timing import MAX_WARMUP_CHUNK, iterations_for, rotation_sets, warm_up
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -75,6 +75,50 @@ def test_defaults_and_timing_modes():
     assert c2.baselines == () and c2.gpus == (0, 1) and c2.select == ("a=bf16", "*128x256*")
     assert iterations_for(c2.timing, 0.05) == 400 and iterations_for(c2.timing, 100.0) == 10
     assert iterations_for(c.timing, 1.0) == 100
+
+
+class _Queue:
+    """A GPU stand-in: launches enqueue instantly (as cuLaunchKernel does), synchronize runs the queue, and
+    the clock is the GPU's busy time plus `host_us` per launch of enqueue cost."""
+
+    def __init__(self, kernel_ms: float, host_us: float = 20.0) -> None:
+        self.kernel_ms, self.host_us = kernel_ms, host_us
+        self.now_ms = self.gpu_free_ms = 0.0
+        self.launched = self.pending = self.max_pending = 0
+
+    def launch(self, i: int) -> None:
+        self.now_ms += self.host_us / 1e3
+        self.gpu_free_ms = max(self.gpu_free_ms, self.now_ms) + self.kernel_ms
+        self.launched += 1
+        self.pending += 1
+        self.max_pending = max(self.max_pending, self.pending)
+
+    def synchronize(self) -> None:
+        self.now_ms = max(self.now_ms, self.gpu_free_ms)
+        self.pending = 0
+
+    def clock(self) -> float:
+        return self.now_ms / 1e3
+
+
+@pytest.mark.parametrize("kernel_ms", [0.005, 0.03, 1.6, 13.0, 34.0])
+def test_warm_up_lasts_what_was_asked_of_the_gpu(kernel_ms):
+    """warmup 10 and warmup_ms 100 (benchmarks/profile_sm90a.py): about 100 ms of GPU work whatever the kernel,
+    never more than a chunk in the queue. The loop it replaces watched the host's clock only, so it queued
+    about a thousand 13 ms launches (13 s) per measurement in a 2026-11-23 H200 sweep."""
+    q = _Queue(kernel_ms)
+    n = warm_up(q.launch, q.synchronize, 10, 100.0, sets=3, clock=q.clock)
+    assert n == q.launched and n >= 10
+    assert q.pending == 0 and q.max_pending <= max(10, MAX_WARMUP_CHUNK)
+    assert q.now_ms >= 100.0
+    # at most one launch past 100 ms of GPU time, or the 10 launches asked for, plus the host's enqueue time
+    assert q.now_ms <= max(100.0 + kernel_ms, 10 * kernel_ms) * 1.05 + n * q.host_us / 1e3 + 1.0
+
+
+def test_warm_up_by_count_only():
+    q = _Queue(13.0)
+    assert warm_up(q.launch, q.synchronize, 10, None, clock=q.clock) == 10
+    assert warm_up(q.launch, q.synchronize, 0, None, clock=q.clock) == 1    # at least one: module load
 
 
 def test_config_json_round_trip():

@@ -224,6 +224,7 @@ REJECTIONS = [
     (dict(swap_ab=True), "swap-ab-3x-only", ["sm90a", "remove"]),
     (dict(raster=Raster.along_n), "scheduler-3x-only", ["sm90a", "swizzle"]),
     (dict(reduction=Reduction.nondeterministic), "scheduler-3x-only", ["sm90a", "stream-K"]),
+    (dict(promotion_interval=8), "promotion-interval-fp8-only", ["sm90a", "remove"]),
     (dict(arch=Arch.sm89, a=DType.e4m3, b=DType.e4m3, c=DType.bf16, d=DType.bf16, tile=S(128, 128, 64),
           warp=S(64, 64, 64), stages=3, fp8_fast_accum=True), "fp8-fast-accum", ["sm90a", "e4m3"]),
     (dict(warp=None), "warp-shape-required", ["warp"]),

@@ -39,7 +39,7 @@ def make(a=T.bf16, b=None, c=None, d=None, acc=T.f32, compute=None, layout="tnt"
          scheduler=TileScheduler.persistent, align=(AUTO, AUTO, AUTO), activation=Activation.identity,
          bias=Bias.none, clamp=(0.0, 6.0), split_k=SplitK.none, batched=False, instruction=None,
          op_class=OpClass.tensorop, warp=None, fast_accum=False, swap_ab=False, swizzle=1,
-         raster=Raster.heuristic, reduction=Reduction.deterministic) -> GemmInstance:
+         raster=Raster.heuristic, reduction=Reduction.deterministic, promotion=AUTO) -> GemmInstance:
     """A candidate sm90a instance with every field explicit (defaults: bf16 TN 128x256x64, cluster 2x1x1)."""
     b = b or a
     d = d or c or a
@@ -56,7 +56,8 @@ def make(a=T.bf16, b=None, c=None, d=None, acc=T.f32, compute=None, layout="tnt"
         kernel_schedule=kernel, epilogue_schedule=epilogue, tile_scheduler=scheduler, swizzle=swizzle,
         alignment_a=align[0], alignment_b=align[1], alignment_c=align[2],
         epilogue=Epilogue(activation, bias, clamp[0], clamp[1]), split_k=split_k, batched=batched,
-        fp8_fast_accum=fast_accum, swap_ab=swap_ab, raster=raster, reduction=reduction)
+        fp8_fast_accum=fast_accum, swap_ab=swap_ab, raster=raster, reduction=reduction,
+        promotion_interval=promotion)
 
 
 def ok(inst: GemmInstance) -> GemmInstance:
@@ -294,6 +295,14 @@ REJECTED = [
                                 fast_accum=True)),
     # the stream-K reduction mode on a kernel with nothing to reduce (persistent scheduler, no split-K)
     ("reduction-needs-stream-k", dict(reduction=Reduction.nondeterministic)),
+    # an explicit interval that is not a multiple of a k-block's 4 k-steps (128 / 32)
+    ("fp8-promotion-interval", dict(a=T.e4m3, d=T.bf16, tile=(128, 128, 128), cluster=(1, 2, 1), promotion=6)),
+    # a promotion interval where nothing is promoted: bf16, fp8 fast accumulation, fp8 through cp.async
+    ("promotion-interval-fp8-only", dict(promotion=8)),
+    ("promotion-interval-fp8-only", dict(a=T.e4m3, d=T.bf16, tile=(128, 128, 128), cluster=(1, 2, 1),
+                                         fast_accum=True, promotion=8)),
+    ("promotion-interval-fp8-only", dict(a=T.e4m3, d=T.bf16, tile=(128, 128, 128), cluster=(1, 1, 1),
+                                         align=(8, 8, 8), promotion=8)),
 ]
 
 
@@ -636,7 +645,9 @@ COMPILED = {  # the representative instances of the brief
     "bf16_coop_128x256x64_c2x1x1_persistent": dict(),
     "f16_pingpong_64x128x64": dict(a=T.f16, tile=(64, 128, 64), cluster=(1, 1, 1),
                                    kernel=KernelSchedule.pingpong, layout="tnn"),
-    "e4m3_to_bf16": dict(a=T.e4m3, b=T.e4m3, c=T.bf16, d=T.bf16, tile=(128, 128, 128), cluster=(1, 2, 1)),
+    # fp8 full accumulation, promoting every 8 k-steps (the shim sets the mainloop's mma_promotion_interval)
+    "e4m3_to_bf16_promo8": dict(a=T.e4m3, b=T.e4m3, c=T.bf16, d=T.bf16, tile=(128, 128, 128), cluster=(1, 2, 1),
+                                promotion=8),
     "stream_k_split_k_serial": dict(tile=(128, 128, 64), split_k=SplitK.serial),
     "bias_relu": dict(tile=(128, 256, 64), activation=Activation.relu, bias=Bias.column),
     "batched": dict(tile=(128, 128, 64), batched=True, scheduler=TileScheduler.stream_k, d=T.f32, c=T.f32),
@@ -757,6 +768,25 @@ def test_scheduler_options_render_into_the_shims_arguments_and_the_name():
     assert "RasterOrderOptions::AlongN;" in text and "ReductionMode::Nondeterministic;" in text
     plain = render(base, "plain_sched")
     assert "max_swizzle_size" not in plain and "raster_order" not in plain and "reduction_mode" not in plain
+
+
+def test_fp8_promotion_interval_resolves_renders_and_names():
+    fp8 = dict(a=T.e4m3, d=T.bf16, tile=(128, 128, 128), cluster=(1, 2, 1), kernel=KernelSchedule.cooperative)
+    base = ok(make(**fp8))
+    assert base.promotion_interval == 4                 # CUTLASS's default, made explicit by resolve
+    assert ok(make(**fp8, promotion=4)) == base          # so spelling it out is the same instance
+    assert ok(make(a=T.bf16, tile=(128, 128, 64), cluster=(1, 1, 1))).promotion_interval == AUTO
+    assert ok(make(**{**fp8, "cluster": (1, 1, 1)}, fast_accum=True)).promotion_interval == AUTO
+    tuned = ok(make(**fp8, promotion=8))
+    assert instance_name(tuned) == instance_name(base).replace("_persistent_", "_persistent_promo8_")
+    assert tuned.config()["promotion_interval"] == 8
+    assert "args.mainloop.mma_promotion_interval = 8;" in render(tuned, "promo8")
+    assert "mma_promotion_interval" not in render(base, "promo_default")
+    # a 64-deep k-block is 2 k-steps: the interval must be even; 2 and 6 are
+    assert ok(make(**{**fp8, "tile": (128, 128, 64)}, promotion=6)).promotion_interval == 6
+    r = sm90a.resolve(make(**{**fp8, "tile": (128, 128, 64)}, promotion=3))
+    assert isinstance(r, Rejection) and r.rule == "fp8-promotion-interval"
+    assert "promotion_interval: 2" in r.reason and "tile k=96" in r.reason
 
 
 def test_raster_is_the_callers_under_swap_ab():

@@ -148,6 +148,9 @@ def test_scheduler_keys_sweep_and_default():
     assert {(i.swizzle, i.raster.value) for i in swept} == {(1, "along_m"), (1, "along_n"), (4, "along_m"),
                                                              (4, "along_n")}
     assert {i.reduction.value for i in swept} == {"nondeterministic"}
+    fp8 = expand_text("arch: sm90a\ndtype: {a: e4m3, b: e4m3, c: bf16, d: bf16}\ntile: 128x128x128\n"
+                      "schedule: {promotion_interval: [auto, 8, 16]}\n")
+    assert [i.promotion_interval for i in fp8] == [0, 8, 16]   # AUTO until resolve() makes it CUTLASS's 4
 
 
 def test_fp8_fast_accum_reaches_the_manifest_and_the_rejections(tmp_path):
@@ -204,6 +207,8 @@ BAD = [
     ("arch: sm90a\ndtype: bf16\ntile: 128x128x64\nschedule: {reduction: atomic}\n", 4, "schedule.reduction",
      "unknown value 'atomic'"),
     ("arch: sm90a\ndtype: bf16\ntile: 128x128x64\nbatched: yes please\n", 4, "batched", "true or false"),
+    ("arch: sm90a\ndtype: e4m3\ntile: 128x128x128\nschedule: {promotion_interval: 0}\n", 4,
+     "schedule.promotion_interval", "0 is out of range"),
     ("arch: sm90a\ndtype: e4m3\ntile: 128x128x128\nschedule:\n  kernel: pingpong\n  fp8_fast_accum: fast\n", 6,
      "schedule.fp8_fast_accum", "true or false"),
     ("arch: sm90a\ndtype: e4m3\ntile: 128x128x128\nschedule: {fp8_fastaccum: true}\n", 4,

@@ -1,8 +1,11 @@
 """Timing on the GPU: device events around each launch, warm-up first, inputs rotated past L2.
 
 How one measurement goes (EventTimer.measure):
-  1. warm-up: `warmup` launches (or `warmup_ms`), cycling the input sets, so module load, cuBLAS handle
-     and workspace creation and clock ramp-up stay out of the numbers;
+  1. warm-up: `warmup` launches and at least `warmup_ms` of GPU time, cycling the input sets, so module
+     load, cuBLAS handle and workspace creation and clock ramp-up stay out of the numbers. It is enqueued
+     in chunks with a synchronize after each (warm_up), so it lasts what was asked: a loop that only
+     watched the host's clock filled the launch queue (about a thousand launches) before the host ever
+     waited, which for a 13 ms kernel was 13 s of warm-up per measurement (91% of a 2026-11-23 sweep);
   2. a probe: a few launches give the GPU time per launch and the host's cost to enqueue one timed launch
      (two event records + the launch); `min_duration_ms` turns the GPU time into an iteration count;
   3. `repeats` blocks of `iterations` launches, each between its own event pair, the inputs rotated so the
@@ -87,6 +90,37 @@ class Measured:
                 "host_us_per_launch": round(self.host_us_per_launch, 3), "spin_ms": round(self.spin_ms, 4)}
 
 
+MAX_WARMUP_CHUNK = 512
+
+
+def warm_up(launch: Callable[[int], None], synchronize: Callable[[], None], warmup: int, warmup_ms: float | None,
+            sets: int = 1, clock: Callable[[], float] = time.perf_counter, limit: int = 1_000_000) -> int:
+    """Enqueue warm-up launches until at least `warmup` have run and at least `warmup_ms` milliseconds have
+    passed with the GPU busy; returns how many were launched.
+
+    Launches go in chunks, each followed by a synchronize, so the host's clock tracks the GPU's: the next
+    chunk is sized from the time per launch seen so far to end near `warmup_ms` (at most MAX_WARMUP_CHUNK
+    launches, so a chunk never fills the launch queue)."""
+    sets = max(sets, 1)
+    n = 0
+    t0 = clock()
+    chunk = max(1, warmup)
+    while n < limit:
+        for _ in range(min(chunk, limit - n)):
+            launch(n % sets)
+            n += 1
+        synchronize()
+        elapsed_ms = (clock() - t0) * 1e3
+        if n >= warmup and (not warmup_ms or elapsed_ms >= warmup_ms):
+            break
+        if n < warmup:
+            chunk = warmup - n
+        else:
+            per_ms = max(elapsed_ms / n, 1e-4)
+            chunk = int(min(MAX_WARMUP_CHUNK, max(1, math.ceil((warmup_ms - elapsed_ms) / per_ms))))
+    return n
+
+
 def iterations_for(timing: Timing, est_ms: float) -> int:
     if timing.iterations is not None:
         return min(timing.iterations, timing.max_iterations)
@@ -143,14 +177,7 @@ class EventTimer:
     def measure(self, launch: Callable[[int], None], sets: int = 1) -> Measured:
         t = self.timing
         # 1. warm-up
-        n = 0
-        t0 = time.perf_counter()
-        while n < t.warmup or (t.warmup_ms and (time.perf_counter() - t0) * 1e3 < t.warmup_ms):
-            launch(n % max(sets, 1))
-            n += 1
-            if n >= 1_000_000:
-                break
-        self.stream.synchronize()
+        n = warm_up(launch, self.stream.synchronize, t.warmup, t.warmup_ms, sets)
         # 2. probe: GPU time per launch and the host's enqueue cost, behind a generous blocking kernel
         probe, host_s = self._timed_chunk(lambda i: launch(i % max(sets, 1)), n, PROBE_LAUNCHES, 5.0)
         est_ms = float(np.median(probe))

@@ -114,6 +114,17 @@ class GpuEngine:
         measured = self.timer.measure(b.launch, len(data.sets))
         m.stats = measured.stats
         m.extra = {**self.extra(data), **measured.extra()}
+        if self.config.check and self.use_torch:
+            # the same check as the kernels', recorded and never failing the baseline: so a report can set the
+            # kernels' error beside cuBLAS's own on the same inputs (fp8: how much accuracy a mode trades)
+            from emitter.profile.check import check, poison_d
+            try:
+                poison_d(data, 0)
+                b.launch(0)
+                self.stream.synchronize()
+                m.check = check(data, data.cfg, self.use_torch, 1)
+            except Exception as e:    # noqa: BLE001 - a record, not a gate: the timing above stands
+                m.check = {"passed": None, "reason": f"baseline check not run: {_short(e)}", "rel_err": None}
         return m
 
     def kernel(self, kernel: Any, data: Any, m: Measurement, prune_ms: float | None = None) -> Measurement:

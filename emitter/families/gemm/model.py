@@ -205,6 +205,11 @@ class GemmInstance:
     # terms: a swap_ab kernel walks the other way), `reduction` the stream-K / split-K reduction mode.
     raster: Raster = Raster.heuristic
     reduction: Reduction = Reduction.deterministic
+    # CUTLASS 3.x fp8 full accumulation (sm90a, TMA mainloop, no fp8_fast_accum): how many wgmma k-steps the
+    # tensor core accumulates before the partial sums are added into the f32 registers (the mainloop's
+    # Arguments::mma_promotion_interval). AUTO (0) until resolved: then CUTLASS's 4 on that mainloop, and it
+    # stays AUTO everywhere else (no promotion to time).
+    promotion_interval: int = AUTO
     # where it came from (not part of identity)
     spec_file: str = field(default="", compare=False)
     spec_index: int = field(default=0, compare=False)

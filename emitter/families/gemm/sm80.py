@@ -356,6 +356,11 @@ def resolve(inst: GemmInstance) -> GemmInstance | Rejection:
         return _reject(inst, "scheduler-3x-only", f"{what} is an argument of CUTLASS 3.x's (sm90a) persistent / "
                                                   f"stream-K tile scheduler: remove it for {arch} (2.x orders "
                                                   f"tiles with `swizzle`), or use arch sm90a")
+    if inst.promotion_interval != AUTO:
+        return _reject(inst, "promotion-interval-fp8-only",
+                       f"promotion_interval={inst.promotion_interval} is an argument of CUTLASS 3.x's (sm90a) fp8 "
+                       f"mainloop (how often partial sums are promoted into f32): remove it for {arch}, or use "
+                       f"arch sm90a with e4m3/e5m2 inputs")
     if inst.swap_ab:
         return _reject(inst, "swap-ab-3x-only", f"swap_ab is a CUTLASS 3.x (sm90a) option of emitter's host shim: "
                                                 f"remove it for {arch} (CUTLASS 2.x's GemmUniversal already "

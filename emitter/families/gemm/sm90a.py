@@ -272,6 +272,7 @@ def _resolve(inst: GemmInstance) -> GemmInstance:
     inst = _resolve_alignments(inst)
     _check_layouts(inst)
     _check_fast_accum(inst)
+    inst = _resolve_promotion(inst)
     inst = _resolve_schedules(inst)
     _check_cluster(inst)
     _check_epilogue(inst)
@@ -397,23 +398,49 @@ def _check_layouts(inst: GemmInstance) -> None:
               f"k={t.k}")
 
 
+def _fp8_promoting(inst: GemmInstance) -> bool:
+    """The mainloop is MainloopSm90TmaGmmaWarpSpecializedFP8: fp8 A and B, TMA, full accumulation."""
+    return inst.a in _FP8 and inst.b in _FP8 and not inst.fp8_fast_accum and not _cp_async(inst)
+
+
+def _resolve_promotion(inst: GemmInstance) -> GemmInstance:
+    """Without fp8_fast_accum, fp8 on the TMA path runs MainloopSm90TmaGmmaWarpSpecializedFP8, which adds the
+    tensor core's partial sums into f32 registers every `promotion_interval` wgmma k-steps
+    (GmmaFP8Accumulation; each promotion first waits for every wgmma in flight). CUTLASS's default is 4;
+    a longer interval waits less often and keeps more k-steps in the tensor core's narrower adder."""
+    promoting = _fp8_promoting(inst)
+    if inst.promotion_interval != AUTO and not promoting:
+        why = ("fp8_fast_accum accumulates the whole K loop in the tensor core (nothing is promoted)"
+               if inst.fp8_fast_accum else
+               f"a={inst.a}, b={inst.b} with alignment {inst.alignment_a}/{inst.alignment_b}: only CUTLASS's fp8 "
+               "TMA mainloop (fp8 A and B, 16-byte alignment, no fp8_fast_accum) promotes partial sums")
+        _fail("promotion-interval-fp8-only",
+              f"promotion_interval={inst.promotion_interval}: {why}; remove promotion_interval")
+    if not promoting:
+        return inst
+    interval = inst.promotion_interval or FP8_PROMOTION_INTERVAL
+    ik = _instruction_k(inst.a)
+    steps = max(inst.tile.k // ik, 1)
+    if interval % steps:
+        # MainloopSm90TmaGmmaWarpSpecializedFP8::can_implement: the interval must be a multiple of the k-steps
+        # of one k-block, or every problem is refused at run time (found by a swap_ab 64x16x256 instance on
+        # an H200: accepted, built, and could run nothing)
+        _fail("fp8-promotion-interval",
+              f"{inst.a} tile k={inst.tile.k} is {steps} wgmma k-steps of {ik}: CUTLASS's fp8 mainloop promotes the "
+              f"partial sums into f32 every {interval} k-steps"
+              f"{' (its default)' if not inst.promotion_interval else ''} and refuses (can_implement) an "
+              f"interval that is not a multiple of one k-block's k-steps; use tile k={interval * ik} or a "
+              f"divisor of it, or promotion_interval: {steps} (or a multiple), or fp8_fast_accum: true "
+              "(no promotion)")
+    return inst.replace(promotion_interval=interval)
+
+
 def _check_fast_accum(inst: GemmInstance) -> None:
     """fp8_fast_accum selects KernelTmaWarpSpecialized{Cooperative,Pingpong}FP8FastAccum. Its collective
     builder (GMMA_TMA_WS_FP8_FAST_ACCUM_SS in sm90_gmma_builder.inl) static_asserts fp8 A and B
     (is_input_fp8), TMA alignment (16 bytes) and K-major operands (no register-sourced A); the layout is
     checked by layout-8bit-k-major before this. It pairs with the cooperative and ping-pong kernels and,
     cooperative only, with the stream-K scheduler (CUTLASS's generator emits that combination too)."""
-    if (inst.a in _FP8 and inst.b in _FP8 and not inst.fp8_fast_accum and not _cp_async(inst)
-            and FP8_PROMOTION_INTERVAL % max(inst.tile.k // _instruction_k(inst.a), 1)):
-        # MainloopSm90TmaGmmaWarpSpecializedFP8::can_implement: the promotion interval (4 wgmma k-steps by
-        # default) must be a multiple of the k-steps of one k-block, or every problem is refused at run time
-        # (found by a swap_ab 64x16x256 instance on an H200: accepted, built, and could run nothing)
-        steps = inst.tile.k // _instruction_k(inst.a)
-        _fail("fp8-promotion-interval",
-              f"{inst.a} tile k={inst.tile.k} is {steps} wgmma k-steps of {_instruction_k(inst.a)}: CUTLASS's fp8 "
-              f"mainloop promotes the partial sums into f32 every {FP8_PROMOTION_INTERVAL} k-steps and refuses "
-              f"(can_implement) a k-block of more; use tile k <= {FP8_PROMOTION_INTERVAL * _instruction_k(inst.a)}, "
-              "or fp8_fast_accum: true (no promotion)")
     if not inst.fp8_fast_accum:
         return
     if inst.a not in _FP8 or inst.b not in _FP8:
@@ -721,6 +748,8 @@ def template_context(inst: GemmInstance) -> dict[str, Any]:
         "max_swizzle_size": inst.swizzle,
         "raster_cpp": {Raster.heuristic: "", Raster.along_m: "AlongM", Raster.along_n: "AlongN"}[inst.raster],
         "reduction_nondeterministic": inst.reduction is Reduction.nondeterministic,
+        # fp8 full accumulation: k-steps between promotions into f32 (AUTO: no promoting mainloop)
+        "promotion_interval": inst.promotion_interval,
         "batched": inst.batched,
         "swap_ab": False,
         "tma_epilogue": tma_epi,

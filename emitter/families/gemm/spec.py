@@ -239,6 +239,7 @@ _SCHEDULE_KEYS = {
     "tile_scheduler": _leaf("tile_scheduler", _tile_scheduler),
     "fp8_fast_accum": _leaf("fp8_fast_accum", _bool),
     "reduction": _leaf("reduction", _reduction),
+    "promotion_interval": _leaf("promotion_interval", _int(1, 64, auto=True)),
 }
 _ALIGN = _int(1, 16, auto=True, choices=(1, 2, 4, 8, 16))
 _ALIGNMENT_KEYS = {"a": _leaf("alignment_a", _ALIGN), "b": _leaf("alignment_b", _ALIGN), "c": _leaf("alignment_c", _ALIGN)}
@@ -353,6 +354,7 @@ def _build(point: Assign) -> GemmInstance:
         swap_ab=point.get("swap_ab", False),
         raster=point.get("raster", Raster.heuristic),
         reduction=point.get("reduction", Reduction.deterministic),
+        promotion_interval=point.get("promotion_interval", AUTO),
     )
 
 
