@@ -128,7 +128,10 @@ def summarize(profile_json: Path) -> dict:
             "m": r["m"], "n": r["n"], "k": r["k"], "kernel": r["name"], "split_k": int(r.get("split_k") or 1),
             "tflops": r["tflops"], "baseline_tflops": b.get("tflops"), "baseline": b.get("provider"),
             "ratio": r["ratio_to_baseline"], "pct_peak": (100 * r["tflops"] / peak) if peak and r["tflops"] else None,
-            "tied": r.get("tied", False)})
+            "tied": r.get("tied", False),
+            # relative Frobenius error against the fp32 reference on the same inputs: ours, and the baseline's
+            # (recorded since 2026-11-23; fp8 accumulation modes trade it for speed)
+            "rel_err": r.get("check_rel_err"), "baseline_rel_err": b.get("check_rel_err")})
     return finish(ops, {(r["m"], r["n"], r["k"]) for r in data["rows"]}, data["environment"], data["baselines"])
 
 
@@ -291,6 +294,10 @@ def _run_line(r: dict) -> str:
             + (f". {r['note']}" if r.get("note") else ""))
 
 
+def _err(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2e}"
+
+
 def markdown(summary: dict, plots: list[str], notes: str) -> str:
     env = summary["environment"]
     runs = summary["runs"]
@@ -318,13 +325,19 @@ def markdown(summary: dict, plots: list[str], notes: str) -> str:
     for what, got, met in summary["goals"]:
         out.append(f"- {'met' if met else '**NOT met**'}: {what}: {got}")
     for op, g in summary["ops"].items():
+        errors = any(x.get("baseline_rel_err") is not None for x in g["rows"])
         out += ["", f"## {op}", "", "| problem | best kernel | TFLOP/s | % of dense peak | cuBLAS TFLOP/s | ratio |"
-                + (" run |" if several else ""), "|---|---|---:|---:|---:|---:|" + ("---|" if several else "")]
+                + (" error, ours / cuBLAS |" if errors else "") + (" run |" if several else ""),
+                "|---|---|---:|---:|---:|---:|" + ("---:|" if errors else "") + ("---|" if several else "")]
         for x in g["rows"]:
             kern = _kernel_text({"name": x["kernel"], "split_k": x["split_k"]})
             out.append(f"| {x['m']}x{x['n']}x{x['k']} | `{kern}` | {x['tflops'] or 0:.1f} | {x['pct_peak'] or 0:.1f} | "
                        f"{x['baseline_tflops'] or 0:.1f} | {x['ratio'] or 0:.3f}{' (tie)' if x['tied'] else ''} |"
+                       + (f" {_err(x.get('rel_err'))} / {_err(x.get('baseline_rel_err'))} |" if errors else "")
                        + (f" {x.get('run', '')} |" if several else ""))
+        if errors:
+            out += ["", "Error: relative Frobenius error of D against an fp32 reference (torch, no TF32) on the "
+                    "same inputs, for the best kernel and for the baseline (`-`: not recorded by that run)."]
         if g["missing"]:
             out += ["", f"No result for {', '.join(g['missing'])} (no kernel of this op finished it, or no baseline)."]
         if g["geomean"]:

@@ -69,6 +69,34 @@ def test_shape_sets_parse_and_small_m_is_the_llm_rows_up_to_512():
     assert sets["large"] == sets["square"] | {(m, n, k) for m in LLM_M if m >= 2048 for n, k in LLM_NK}
     assert sets["large"] | sets["small-m"] == sets["all"] and len(sets["large"]) == 16
     assert len(sets["all"]) == 34      # 5 square + 30 LLM shapes, 8192^3 in both
+    assert sets["mid-m"] == {(m, n, k) for m in (128, 512) for n, k in LLM_NK}
+    assert sets["no-decode"] == sets["all"] - {(16, n, k) for n, k in LLM_NK}
+
+
+def test_error_column_sets_ours_beside_the_baselines(tmp_path):
+    """Runs whose baselines recorded their check get an error column (ours / cuBLAS); older runs do not."""
+    bench = _bench()
+    f8 = "e4m3e4m3_bf16bf16_accf32_tnt"
+    name = "gemm_sm90a_e4m3e4m3_bf16bf16_accf32_tnt_128x128x128_c1x2x1_i64x128x32_sauto_coop_epitma_persistent_promo8_al16x16x8_identity"
+    rows = [{**_row(f8, "e4m3", 8192, 8192, 8192, "baseline", "cublas", 1200.0), "check_rel_err": 3.1e-4},
+            {**_row(f8, "e4m3", 8192, 8192, 8192, "kernel", name, 1260.0, 1.05, best=True), "check_rel_err": 4.2e-4},
+            _row(f8, "e4m3", 4096, 4096, 4096, "baseline", "cublas", 1100.0),
+            _row(f8, "e4m3", 4096, 4096, 4096, "kernel", name, 1000.0, 0.91, best=True)]
+    run = tmp_path / "run"
+    (run / "profile").mkdir(parents=True)
+    (run / "profile" / "profile.json").write_text(json.dumps(
+        {"environment": {"name": "NVIDIA H200", "sm_count": 132}, "baselines": ["cuBLASLt"], "rows": rows}))
+    doc = tmp_path / "performance.md"
+    s = bench.write_report(run, doc, None)
+    x = {r["m"]: r for r in s["ops"][f8]["rows"]}
+    assert (x[8192]["rel_err"], x[8192]["baseline_rel_err"]) == (4.2e-4, 3.1e-4)
+    text = doc.read_text()
+    assert "error, ours / cuBLAS" in text and "| 4.20e-04 / 3.10e-04 |" in text and "| - / - |" in text
+    old = {"environment": {"name": "NVIDIA H200", "sm_count": 132}, "baselines": ["cuBLASLt"],
+           "rows": [{k: v for k, v in r.items() if k != "check_rel_err"} for r in rows]}
+    (run / "profile" / "profile.json").write_text(json.dumps(old))
+    bench.write_report(run, doc, None)
+    assert "error, ours" not in doc.read_text()
 
 
 def test_report_over_several_runs_takes_each_shape_from_the_latest_run(tmp_path):
