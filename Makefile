@@ -46,10 +46,10 @@ bench: install           # emit speed (10,000 instances) and build overhead agai
 bench-gpu:               # on the GPU machine: build, verify and profile the sm90a configs vs cuBLAS (issue 6)
 	python3 benchmarks/profile_sm90a.py --out results/sm90a --shapes all --doc docs/performance.md
 
-bench-gpu-explore:       # on the GPU machine: the tuned set + configs/tuning/sm90a_explore.yaml, M <= 512 + 8192^3, 16384^3
-	python3 benchmarks/profile_sm90a.py --out results/sm90a-explore --shapes explore \
-	  --specs configs/gemm/sm90a_bf16.yaml --specs configs/tuning/sm90a_candidates.yaml \
-	  --specs configs/tuning/sm90a_explore.yaml --select 'arch=sm90a activation=identity bias=none a=bf16,f16'
+bench-gpu-explore:       # on the GPU machine: bench-gpu plus the candidates of configs/tuning/sm90a_explore.yaml, every shape
+	python3 benchmarks/profile_sm90a.py --out results/sm90a-explore --shapes all \
+	  --specs configs/gemm/sm90a_bf16.yaml --specs configs/gemm/sm90a_fp8.yaml \
+	  --specs configs/tuning/sm90a_candidates.yaml --specs configs/tuning/sm90a_explore.yaml
 
 perf-doc: install        # no GPU: docs/performance.md from the run records in docs/perf/runs (oldest first), then RUN=<run dir> if given
 	$(BIN)/python benchmarks/profile_sm90a.py $(foreach r,$(sort $(filter-out %.tuning.json,$(wildcard docs/perf/runs/*.json))) $(RUN),--report-only $(r)) --doc docs/performance.md

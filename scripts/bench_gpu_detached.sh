@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run issue 6's full sweep (benchmarks/profile_sm90a.py, about 25 minutes on an H200) on a machine whose
+# Run issue 6's full sweep (benchmarks/profile_sm90a.py: about 25 minutes on an H200 before the warm-up fix of 2026-11-23, several times less since, not yet timed) on a machine whose
 # commands may last only minutes (the device tool: 10 minutes a command; a machine idle for 30 s between
 # commands is handed back with everything on it). Each call:
 #   1. starts the sweep detached from this command (setsid), or, if one is running, leaves it running;
