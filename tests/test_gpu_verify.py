@@ -29,7 +29,7 @@ ARCH_2X = ("sm75", "sm80", "sm86", "sm89")
 
 # Verify-only extras beside configs/gemm: batched, split-K (serial; stream-K on sm90a), column bias, clamp,
 # sigmoid, nt layout, swap_ab with a row bias and batches, sm90a scheduler arguments (nondeterministic split-K
-# reduction, raster, swizzle) - modes the example configs do not use.
+# reduction, raster, swizzle), an fp8 promotion interval - modes the example configs do not use.
 EXTRA_SPEC = """\
 kernels:
   - arch: sm80
@@ -79,6 +79,13 @@ kernels:
     raster: along_m
     swizzle: 2
     epilogue: {bias: row}
+  # fp8 full accumulation promoting into f32 every 8 wgmma k-steps instead of CUTLASS's 4 (mainloop argument)
+  - arch: sm90a
+    dtype: {a: e4m3, b: e4m3, c: bf16, d: bf16, accumulator: f32}
+    layout: tn
+    tile: 128x128x128
+    cluster: 1x2x1
+    schedule: {kernel: cooperative, promotion_interval: 8}
 """
 
 
