@@ -345,6 +345,11 @@ def _render(level: str, inst: GemmInstance, name: str = "t", spec: str = "spec.y
                            banner=banner(spec, "f" * 64))
 
 
+def test_shim_refuses_run_time_scheduler_options():
+    text = _render("device", ok(make()))
+    assert "if (p->options != 0) return EMITTER_CANNOT_IMPLEMENT;" in text
+
+
 def test_context_needs_resolved_instance():
     with pytest.raises(ValueError):
         sm80.template_context(make(stages=AUTO))
@@ -472,7 +477,7 @@ def _nvcc(args: list[str], cwd: Path) -> None:
 
 
 class _Problem(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_int) for n in ("m", "n", "k", "batch_count", "split_k_slices", "reserved0")] + \
+    _fields_ = [(n, ctypes.c_int) for n in ("m", "n", "k", "batch_count", "split_k_slices", "options")] + \
                [(n, ctypes.c_void_p) for n in ("A", "B", "C", "D", "bias")] + \
                [(n, ctypes.c_longlong) for n in ("lda", "ldb", "ldc", "ldd", "bsA", "bsB", "bsC", "bsD")] + \
                [("alpha", ctypes.c_float), ("beta", ctypes.c_float)]
@@ -499,6 +504,10 @@ def _check_shim(lib_path: Path, name: str, inst: GemmInstance) -> None:
                  split_k_slices=4 if inst.split_k is SplitK.serial else 1, alpha=1.0, beta=0.5)
     launch = _Launch()
     assert query(ctypes.byref(p), ctypes.byref(launch)) == 0
+    # run-time scheduler options are 3.x only: any nonzero value is refused (swizzle 4 here)
+    opt = _Problem.from_buffer_copy(p)
+    opt.options = 3
+    assert query(ctypes.byref(opt), ctypes.byref(launch)) == 1
     t = inst.tile
     tm, tn = (m, n) if inst.layout_c is ROW else (n, m)     # kernel frame
     tiles = -(-tm // t.m) * -(-tn // t.n)

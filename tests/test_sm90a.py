@@ -29,6 +29,7 @@ from emitter.families.gemm.model import (
 )
 from emitter.families.gemm.naming import instance_name
 from emitter.render import render_template
+from emitter.runtime.options import SchedulerOptions
 
 ROW, COL = Layout.row, Layout.col
 BANNER = {"version": "0.1.0", "spec": "tests/test_sm90a.py", "spec_hash": "0" * 64}
@@ -658,7 +659,7 @@ COMPILED = {  # the representative instances of the brief
 
 class Problem(ctypes.Structure):
     _fields_ = [("m", ctypes.c_int), ("n", ctypes.c_int), ("k", ctypes.c_int), ("batch_count", ctypes.c_int),
-                ("split_k_slices", ctypes.c_int), ("reserved0", ctypes.c_int),
+                ("split_k_slices", ctypes.c_int), ("options", ctypes.c_int),
                 ("A", ctypes.c_void_p), ("B", ctypes.c_void_p), ("C", ctypes.c_void_p), ("D", ctypes.c_void_p),
                 ("bias", ctypes.c_void_p),
                 ("lda", ctypes.c_longlong), ("ldb", ctypes.c_longlong), ("ldc", ctypes.c_longlong),
@@ -704,6 +705,20 @@ def test_representative_instance_compiles(tmp_path, label):
     if inst.split_k is SplitK.none:
         assert query(ctypes.byref(Problem(**{**good, "split_k_slices": 2})), ctypes.byref(launch)) == 1
     assert query(ctypes.byref(Problem(**{**good, "A": fake + 2})), ctypes.byref(launch)) == 1  # misaligned
+    # run-time scheduler options (emitter.runtime.options), refused before any CUDA call: undefined bits and
+    # codes are invalid; a choice the kernel does not have cannot be implemented; swizzle and raster are
+    # every kernel's (OK on a GPU machine, the device query's CUDA error elsewhere)
+    base = {**good, "split_k_slices": 2} if inst.split_k is SplitK.serial else good
+    opts = lambda v: query(ctypes.byref(Problem(**{**base, "options": v})), ctypes.byref(launch))  # noqa: E731
+    assert opts(1 << 16) == 2 and opts(5) == 2 and opts(3 << 6) == 2
+    assert opts(SchedulerOptions(swizzle=4, raster="along_n").encode()) in (0, 4)
+    nondet = opts(SchedulerOptions(reduction="nondeterministic").encode())
+    assert nondet in (0, 4) if inst.tile_scheduler is TileScheduler.stream_k else nondet == 1
+    promo8, promo6 = (opts(SchedulerOptions(promotion_interval=v).encode()) for v in (8, 6))
+    if inst.promotion_interval:      # CUTLASS's can_implement wants a multiple of the k-block's 4 k-steps
+        assert promo8 in (0, 4) and promo6 == 1
+    else:
+        assert promo8 == 1 and promo6 == 1
     status = query(ctypes.byref(Problem(**good)), ctypes.byref(launch))
     assert status in (0, 4)  # EMITTER_OK on a GPU machine; EMITTER_CUDA_ERROR (no device) elsewhere
     if status == 0:
@@ -767,7 +782,9 @@ def test_scheduler_options_render_into_the_shims_arguments_and_the_name():
     assert "args.scheduler.max_swizzle_size = 4;" in text
     assert "RasterOrderOptions::AlongN;" in text and "ReductionMode::Nondeterministic;" in text
     plain = render(base, "plain_sched")
-    assert "max_swizzle_size" not in plain and "raster_order" not in plain and "reduction_mode" not in plain
+    # compiled-in defaults are CUTLASS's own: nothing set (the run-time options block only reads p->options)
+    assert "max_swizzle_size = 4;" not in plain and "RasterOrderOptions::AlongN;" not in plain
+    assert "ReductionMode::Nondeterministic;" not in plain
 
 
 def test_fp8_promotion_interval_resolves_renders_and_names():
@@ -787,6 +804,23 @@ def test_fp8_promotion_interval_resolves_renders_and_names():
     r = sm90a.resolve(make(**{**fp8, "tile": (128, 128, 64)}, promotion=3))
     assert isinstance(r, Rejection) and r.rule == "fp8-promotion-interval"
     assert "promotion_interval: 2" in r.reason and "tile k=96" in r.reason
+
+
+def test_run_time_scheduler_options_render_per_kernel():
+    """emitter_gemm_problem.options: every sm90a shim decodes it; what a kernel lacks it refuses."""
+    plain = render(ok(make(tile=(128, 128, 64), cluster=(1, 1, 1))), "opt_plain")
+    assert "if (options & ~0xFFFF) return EMITTER_INVALID_ARGUMENT;" in plain
+    assert "args.scheduler.max_swizzle_size = 1 << (swizzle - 1);" in plain
+    assert "if (raster == 2) args.scheduler.raster_order = Raster::AlongM;" in plain
+    assert "if (reduction == 2) return EMITTER_CANNOT_IMPLEMENT;" in plain
+    assert "if (promotion) return EMITTER_CANNOT_IMPLEMENT;" in plain
+    streamk = render(ok(make(tile=(128, 128, 64), cluster=(1, 1, 1), split_k=SplitK.serial)), "opt_sk")
+    assert "Reduction::Nondeterministic : Reduction::Deterministic" in streamk
+    fp8 = render(ok(make(a=T.e4m3, d=T.bf16, tile=(128, 128, 128), cluster=(1, 2, 1))), "opt_fp8")
+    assert "if (promotion) args.mainloop.mma_promotion_interval = promotion;" in fp8
+    swapped = render(ok(make(tile=(64, 16, 128), cluster=(1, 1, 1), kernel=KernelSchedule.pingpong, swap_ab=True)),
+                     "opt_swap")
+    assert "if (raster == 2) args.scheduler.raster_order = Raster::AlongN;" in swapped   # the caller's M
 
 
 def test_raster_is_the_callers_under_swap_ab():

@@ -192,7 +192,7 @@ class KernelLaunch:
         try:
             for s in data.sets:
                 prob = EmitterGemmProblem(
-                    m=p.m, n=p.n, k=p.k, batch_count=p.batch, split_k_slices=max(int(split_k), 1), reserved0=0,
+                    m=p.m, n=p.n, k=p.k, batch_count=p.batch, split_k_slices=max(int(split_k), 1), options=0,
                     A=s.A or None, B=s.B or None, C=s.C or None, D=s.D or None, bias=s.bias or None,
                     lda=p.lda, ldb=p.ldb, ldc=p.ldc, ldd=p.ldd,
                     batch_stride_A=p.batch_stride_a, batch_stride_B=p.batch_stride_b,

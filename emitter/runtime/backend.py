@@ -78,6 +78,7 @@ class GemmProblem:
     batch_stride_b: int = 0
     batch_stride_c: int = 0
     batch_stride_d: int = 0
+    options: int = 0      # run-time scheduler options (emitter.runtime.options.SchedulerOptions.encode()), 0 = none
 
     def resolved(self, cfg: GemmConfig) -> "GemmProblem":
         """Packed (0) leading dimensions and batch strides replaced by their values for cfg's layouts."""
@@ -91,7 +92,7 @@ class GemmProblem:
         return GemmProblem(
             self.m, self.n, self.k, self.batch, self.split_k, self.alpha, self.beta, lda, ldb, ldc, ldd,
             self.batch_stride_a or lda * rows_a, self.batch_stride_b or ldb * rows_b,
-            self.batch_stride_c or ldc * rows_c, self.batch_stride_d or ldd * rows_c,
+            self.batch_stride_c or ldc * rows_c, self.batch_stride_d or ldd * rows_c, self.options,
         )
 
     def as_dict(self) -> dict[str, Any]:

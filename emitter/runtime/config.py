@@ -43,6 +43,8 @@ class GemmConfig:
     gelu: str = "erf"              # which GELU the epilogue computes: erf (CUTLASS GELU) or tanh (GELU_taylor)
     fast_accum: bool = False       # fp8 fast accumulation (KernelTmaWarpSpecialized*FP8FastAccum)
     swap_ab: bool = False          # sm90a: the kernel computes D^T = B^T A^T; `tile` is over (N, M, K)
+    stream_k: bool = False         # sm90a: on the stream-K scheduler (stream-K or serial split-K): has a reduction
+    promotion_interval: int = 0    # sm90a fp8 full accumulation: k-steps between promotions (0: no promotion)
 
     @property
     def problem_tile(self) -> tuple[int, int, int]:
@@ -106,6 +108,8 @@ class GemmConfig:
             gelu=str(ep.get("gelu", cfg.get("gelu", "")) or _gelu_variant(root, entry, act)),
             fast_accum=bool(cfg.get("fp8_fast_accum", False)),
             swap_ab=bool(cfg.get("swap_ab", False)),
+            stream_k=cfg.get("tile_scheduler") == "stream_k" or cfg.get("split_k") == "serial",
+            promotion_interval=int(cfg.get("promotion_interval") or 0),
         )
 
 

@@ -41,6 +41,7 @@ from emitter.runtime.backend import (
 )
 from emitter.runtime.config import GemmConfig
 from emitter.runtime.hostdata import MatrixLayout, decode, encode, poison_value
+from emitter.runtime.options import unsupported
 
 FAULT_KINDS = (
     "wrong", "nan", "unwritten", "noise", "wrong_ld", "swap_layout", "drop_beta", "wrong_activation",
@@ -99,6 +100,9 @@ class FakeBackend(Backend):
             raise CannotImplement(f"{kernel.name}: split-K is not enabled for this instance")
         if problem.batch > 1 and not cfg.batched:
             raise CannotImplement(f"{kernel.name}: batched problems are not enabled for this instance")
+        why = unsupported(cfg, problem.options)
+        if why:
+            raise CannotImplement(f"{kernel.name}: {why}")
         for dim, al, what in self._alignment_checks(cfg, problem):
             if dim % al:
                 raise CannotImplement(f"{kernel.name}: {what}={dim} is not a multiple of the alignment {al}")

@@ -122,7 +122,7 @@ class PycudaBackend(Backend):
                 raise (CudaFault if _is_sticky(str(e)) else LaunchFailed)(f"device allocation/copy failed: {e}") from None
 
             prob = EmitterGemmProblem(
-                m=p.m, n=p.n, k=p.k, batch_count=p.batch, split_k_slices=p.split_k, reserved0=0,
+                m=p.m, n=p.n, k=p.k, batch_count=p.batch, split_k_slices=p.split_k, options=p.options,
                 A=ptr_a or None, B=ptr_b or None, C=ptr_c or None, D=ptr_d or None, bias=ptr_bias or None,
                 lda=p.lda, ldb=p.ldb, ldc=p.ldc, ldd=p.ldd,
                 batch_stride_A=p.batch_stride_a, batch_stride_B=p.batch_stride_b,

@@ -1,4 +1,4 @@
-"""ctypes bindings of the host shim ABI (templates/common/emitter_abi.h, EMITTER_ABI_VERSION 2).
+"""ctypes bindings of the host shim ABI (templates/common/emitter_abi.h, EMITTER_ABI_VERSION 3).
 
 The structs here must match emitter_abi.h field for field; tests/test_verify_fake.py compiles a C
 program that prints the C sizes and offsets and compares them with these.
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from emitter.errors import EmitterError
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 EMITTER_OK = 0
 EMITTER_CANNOT_IMPLEMENT = 1
@@ -37,7 +37,7 @@ class EmitterGemmProblem(ctypes.Structure):
         ("k", ctypes.c_int),
         ("batch_count", ctypes.c_int),
         ("split_k_slices", ctypes.c_int),
-        ("reserved0", ctypes.c_int),
+        ("options", ctypes.c_int),       # run-time scheduler options (emitter.runtime.options), 0 = compiled-in
         ("A", ctypes.c_void_p),
         ("B", ctypes.c_void_p),
         ("C", ctypes.c_void_p),

@@ -42,6 +42,10 @@ def _select(entries, select, exclude):
 @click.option("--data", type=click.Choice(["both", "int", "normal"]), default="both", show_default=True,
               help="input data: small integers (exact, bit-for-bit), normal random (dtype tolerance), or both")
 @click.option("--quick", is_flag=True, help="default set without the 4096^3 and long-K problems")
+@click.option("--scheduler", "scheduler", default=None, metavar="KEY=VALUE[,...]",
+              help="run-time scheduler options on every problem (sm90a): swizzle=1|2|4|8, raster=heuristic|"
+                   "along_m|along_n, reduction=deterministic|nondeterministic, promotion_interval=N; instances "
+                   "without such a choice are skipped")
 @click.option("--seed", type=int, default=None, help="base seed (default: fresh; the report prints it for replay)")
 @click.option("--backend", type=click.Choice(["pycuda", "fake"]), default="pycuda", show_default=True,
               help="pycuda: the GPU; fake: numpy stand-in that needs no GPU (tests the verifier, not kernels)")
@@ -55,8 +59,8 @@ def _select(entries, select, exclude):
 @click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="JUnit XML (default <out>/verify/junit.xml)")
 @click.option("-q", "--quiet", is_flag=True, help="no per-case progress lines")
-def verify_cmd(out: Path, select, exclude, problems_file, m, n, k, batch, split_k, alpha, beta, data, quick, seed,
-               backend, fake_faults, timeout, no_isolation, json_path, junit_path, quiet) -> None:
+def verify_cmd(out: Path, select, exclude, problems_file, m, n, k, batch, split_k, alpha, beta, data, quick, scheduler,
+               seed, backend, fake_faults, timeout, no_isolation, json_path, junit_path, quiet) -> None:
     """Launch every built instance in OUT on its problems and check it against a reference.
 
     Exit code: 0 when nothing FAILED, 1 when any case FAILED, 2 for bad input."""
@@ -79,6 +83,11 @@ def verify_cmd(out: Path, select, exclude, problems_file, m, n, k, batch, split_
         user = load_problem_file(problems_file)
     else:
         user = problems_from_options(m, n, k, batch, split_k, alpha, beta, data)
+    from emitter.runtime.options import OptionsError, SchedulerOptions
+    try:
+        sched = SchedulerOptions.parse(scheduler or "").encode()
+    except OptionsError as e:
+        raise SpecError(f"--scheduler: {e}", file="<command line>", value=scheduler) from None
     options = {}
     if fake_faults:
         if backend != "fake":
@@ -107,7 +116,7 @@ def verify_cmd(out: Path, select, exclude, problems_file, m, n, k, batch, split_
 
     run = verify(root, entries, user or None,
                  VerifyOptions(backend=backend, backend_options=options, isolation=not no_isolation,
-                               launch_timeout_s=timeout, seed=seed, quick=quick, data=data),
+                               launch_timeout_s=timeout, seed=seed, quick=quick, data=data, scheduler=sched),
                  progress=progress)
     print_report(run, console)
     jp = write_json(run, json_path or root / "verify" / "results.json")

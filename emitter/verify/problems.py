@@ -76,6 +76,9 @@ def problem_label(p: GemmProblem, data: str) -> str:
         parts.append("_".join(lds))
     if any((p.batch_stride_a, p.batch_stride_b, p.batch_stride_c, p.batch_stride_d)):
         parts.append("strided")
+    if p.options:
+        from emitter.runtime.options import SchedulerOptions
+        parts.append("_".join(SchedulerOptions.decode(p.options).label().split()))
     parts.append(data)
     return "_".join(parts)
 
@@ -343,9 +346,13 @@ def load_problem_file(path: str | Path) -> list[VerifyProblem]:
 
 
 def plan_problems(cfg: GemmConfig, user: Sequence[VerifyProblem] | None, quick: bool = False,
-                  data: str = "both") -> list[tuple[VerifyProblem, str | None]]:
-    """(problem, skip reason or None) for one instance: the user's problems, else the default set."""
+                  data: str = "both", scheduler: int = 0) -> list[tuple[VerifyProblem, str | None]]:
+    """(problem, skip reason or None) for one instance: the user's problems, else the default set; with
+    `scheduler` (run-time scheduler options, emitter.runtime.options) set on every problem."""
     problems = list(user) if user else default_problems(cfg, quick=quick)
     if not user and data != "both":
         problems = [p for p in problems if p.data == data]
+    if scheduler:
+        problems = [VerifyProblem(replace(p.gemm, options=scheduler), p.data, "", p.source)
+                    for p in problems]
     return [(p, cannot_run_reason(cfg, p.gemm)) for p in problems]

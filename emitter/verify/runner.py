@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from emitter.runtime.backend import BackendUnavailable, CudaFault, NotBuilt, RuntimeBackendError, create_backend
 from emitter.runtime.config import GemmConfig
+from emitter.runtime.options import unsupported
 from emitter.verify.check import case_seed, run_case
 from emitter.verify.problems import VerifyProblem, plan_problems
 
@@ -37,6 +38,7 @@ class VerifyOptions:
     seed: int | None = None           # base seed; None draws a fresh one (reported)
     quick: bool = False               # leave out the largest default problems
     data: str = "both"                # default problems: int, normal or both
+    scheduler: int = 0                # run-time scheduler options on every problem (emitter.runtime.options)
 
 
 @dataclass
@@ -241,7 +243,13 @@ def verify(root: str | Path, entries: Sequence[Mapping[str, Any]], user_problems
                 emit({"instance": name, "problem": "(instance)", "seed": seed, "status": "FAILED",
                       "reason": f"cannot read the manifest entry: {e}"})
                 continue
-            plan = plan_problems(cfg, user_problems, quick=options.quick, data=options.data)
+            why = unsupported(cfg, options.scheduler)
+            if why:   # asked for every instance; one this instance does not have is not its failure
+                emit({"instance": name, "problem": "(instance)", "seed": seed, "status": "SKIPPED",
+                      "reason": f"--scheduler: {why}"})
+                continue
+            plan = plan_problems(cfg, user_problems, quick=options.quick, data=options.data,
+                                 scheduler=options.scheduler)
             loaded = False
             abandon: str | None = None
             statuses: list[str] = []

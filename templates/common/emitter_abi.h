@@ -1,9 +1,10 @@
-// emitter runtime ABI (version 2: kernel entries take Params by value; version 1 took a pointer): the C interface every emitted GEMM instance exports from its host shim.
+// emitter runtime ABI (version 3: emitter_gemm_problem.options; version 2: kernel entries take Params by value;
+// version 1 took a pointer): the C interface every emitted GEMM instance exports from its host shim.
 // Python (ctypes) and exported libraries use these structs; keep the layout stable and bump
 // EMITTER_ABI_VERSION on any change.
 #ifndef EMITTER_ABI_H
 #define EMITTER_ABI_H
-#define EMITTER_ABI_VERSION 2
+#define EMITTER_ABI_VERSION 3
 
 #ifdef __cplusplus
 extern "C" {
@@ -24,7 +25,12 @@ typedef struct emitter_gemm_problem {
   int m, n, k;
   int batch_count;        // >= 1; > 1 only for batched instances
   int split_k_slices;     // >= 1; > 1 only for split-K instances
-  int reserved0;
+  // Run-time tile-scheduler options (sm90a; was reserved0, always 0, in version 2); 0 = the choices the
+  // instance was compiled with. Bits 0-3 swizzle (k > 0: max_swizzle_size 1 << (k - 1)), 4-5 raster
+  // (1 heuristic, 2 along M, 3 along N, in the caller's terms), 6-7 stream-K reduction (1 deterministic,
+  // 2 nondeterministic), 8-15 fp8 promotion interval in wgmma k-steps; other bits 0. A choice the kernel
+  // does not have is EMITTER_CANNOT_IMPLEMENT (2.x instances: any nonzero value). emitter/runtime/options.py.
+  int options;
   const void* A;
   const void* B;
   const void* C;          // may equal D; may be null when beta == 0
