@@ -112,7 +112,8 @@ def _kernel_text(r: dict) -> str:
     from emitter.profile.report import compact_name
 
     text = compact_name(r["name"])
-    return text + (f" split-K {r['split_k']}" if int(r.get("split_k") or 1) > 1 else "")
+    return (text + (f" split-K {r['split_k']}" if int(r.get("split_k") or 1) > 1 else "")
+            + (f" [{r['scheduler']}]" if r.get("scheduler") else ""))
 
 
 def summarize(profile_json: Path) -> dict:
@@ -126,6 +127,7 @@ def summarize(profile_json: Path) -> dict:
         peak = DENSE_PEAK.get(r["a"])
         ops.setdefault(r["op"], []).append({
             "m": r["m"], "n": r["n"], "k": r["k"], "kernel": r["name"], "split_k": int(r.get("split_k") or 1),
+            "scheduler": r.get("scheduler") or "",
             "tflops": r["tflops"], "baseline_tflops": b.get("tflops"), "baseline": b.get("provider"),
             "ratio": r["ratio_to_baseline"], "pct_peak": (100 * r["tflops"] / peak) if peak and r["tflops"] else None,
             "tied": r.get("tied", False),
@@ -182,7 +184,7 @@ def table_text(summary: dict) -> str:
         lines.append(f"{'problem':>20}  {'best kernel':<66} {'TFLOP/s':>8} {'%peak':>6} {'cuBLAS':>8} {'ratio':>6}")
         for x in g["rows"]:
             prob = f"{x['m']}x{x['n']}x{x['k']}"
-            kern = _kernel_text({"name": x["kernel"], "split_k": x["split_k"]})
+            kern = _kernel_text({"name": x["kernel"], "split_k": x["split_k"], "scheduler": x.get("scheduler")})
             lines.append(f"{prob:>20}  {kern[:66]:<66} {x['tflops'] or 0:8.1f} {x['pct_peak'] or 0:6.1f} "
                          f"{x['baseline_tflops'] or 0:8.1f} {x['ratio'] or 0:6.3f}{' tie' if x['tied'] else ''}")
         if g["geomean"]:
@@ -330,7 +332,7 @@ def markdown(summary: dict, plots: list[str], notes: str) -> str:
                 + (" error, ours / cuBLAS |" if errors else "") + (" run |" if several else ""),
                 "|---|---|---:|---:|---:|---:|" + ("---:|" if errors else "") + ("---|" if several else "")]
         for x in g["rows"]:
-            kern = _kernel_text({"name": x["kernel"], "split_k": x["split_k"]})
+            kern = _kernel_text({"name": x["kernel"], "split_k": x["split_k"], "scheduler": x.get("scheduler")})
             out.append(f"| {x['m']}x{x['n']}x{x['k']} | `{kern}` | {x['tflops'] or 0:.1f} | {x['pct_peak'] or 0:.1f} | "
                        f"{x['baseline_tflops'] or 0:.1f} | {x['ratio'] or 0:.3f}{' (tie)' if x['tied'] else ''} |"
                        + (f" {_err(x.get('rel_err'))} / {_err(x.get('baseline_rel_err'))} |" if errors else "")

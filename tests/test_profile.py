@@ -508,6 +508,49 @@ def test_fake_run_in_process(manifest_dir, tmp_path):
     assert len(r.choices) == 6
 
 
+def test_scheduler_options_are_swept_per_kernel_and_reach_the_tuning_table(manifest_dir, tmp_path):
+    """`scheduler:` adds run-time option variants beside each kernel's compiled-in choices: swizzle for every
+    sm90a kernel, a nondeterministic reduction only where there is a stream-K reduction, a promotion interval
+    only on the fp8 full-accumulation kernels; each variant is its own measurement, and a winning variant's
+    options go into tuning.json."""
+    from emitter.profile.selection import tuning_table
+    from emitter.runtime.options import SchedulerOptions as S
+
+    cfg = _fake_config(manifest_dir, "scheduler: {swizzle: 4, reduction: [deterministic, nondeterministic], "
+                                     "promotion_interval: [null, 8]}\n")
+    assert cfg.scheduler[0] == 0 and len(cfg.scheduler) == 5
+    pl = plan(cfg, select=("split_k=none swap_ab=false",))
+    outcome = run(cfg, pl, tmp_path, [0], backend="fake", isolate=False)
+    got: dict[str, set[str]] = {}
+    for m in outcome.measurements:
+        if m.kind == "kernel" and m.problem.m == 1024:
+            assert m.ok, (m.label, m.reason)
+            got.setdefault(m.name, set()).add(m.options_label)
+    streamk = [n for n in got if "_streamk_" in n]
+    fp8_full = [n for n in got if n.startswith("gemm_sm90a_e4m3") and "fastacc" not in n]
+    assert streamk and fp8_full
+    for n, labels in got.items():
+        want = {"", "swz4 det"}
+        if n in streamk:
+            want.add("swz4 nondet")
+        if n in fp8_full:
+            want.add("swz4 det promo8")
+        assert labels == want, (n, labels)
+    r = rep.build(outcome.measurements, outcome.envs, cfg)
+    table = tuning_table(r.choices, r.figures, {}, 0.01)
+    assert {e["options"] for e in table["entries"]} <= set(cfg.scheduler)
+    assert all(e["scheduler"] == S.decode(e["options"]).label() for e in table["entries"])
+    csv_text = rep.to_csv(r)
+    assert "swz4 det promo8" in csv_text and "scheduler" in csv_text.splitlines()[0].split(",")
+
+
+def test_scheduler_config_errors_name_the_key():
+    with pytest.raises(SpecError, match="swizzle=3"):
+        cfg_text(BASE + "scheduler: {swizzle: [1, 3]}\n")
+    with pytest.raises(SpecError, match="tiles"):
+        cfg_text(BASE + "scheduler: {tiles: 4}\n")
+
+
 def test_fake_run_isolates_faults_and_wrong_kernels(manifest_dir, tmp_path):
     """A CUDA fault kills its worker; the runner records it, restarts, and the rest is still measured.
     A kernel computing a wrong result fails its check and its time does not count."""
@@ -649,7 +692,7 @@ def test_gpu_engine_kernel_flow_without_a_gpu(monkeypatch):
         info = {"grid": [1, 1, 1]}
         resets = [(1, 256), None]
 
-        def __init__(self, kernel, data, stream, split_k=1):
+        def __init__(self, kernel, data, stream, split_k=1, options=0):
             calls.append("prepare")
 
         def __call__(self, i):

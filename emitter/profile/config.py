@@ -22,6 +22,12 @@
     beta: 0.0
     baselines: [cublas]                  # cuBLAS through torch (matmul / _scaled_mm for fp8); or []
     selection: {tie_tolerance: 0.01}     # ties: within max(tolerance, measured spread) of the best
+    scheduler: {swizzle: [1, 4], raster: [heuristic, along_n]}
+                                         # sm90a run-time scheduler options to time each kernel with too
+                                         #   (a product of lists: swizzle, raster, reduction,
+                                         #   promotion_interval; null = the compiled-in choice), beside
+                                         #   its compiled-in choices; a variant a kernel cannot take
+                                         #   is not timed on it
     gpus: all                            # all | a count | a list of device indexes
     output: {dir: results, plots: true}
 
@@ -40,7 +46,7 @@ from emitter.errors import SpecError
 from emitter.spec.loader import Document, KeyPath, load_file, parse_text
 
 SCHEMA_KEYS = ("description", "manifests", "manifest", "select", "exclude", "problems", "timing", "check",
-               "alpha", "beta", "baselines", "selection", "gpus", "output", "peaks")
+               "alpha", "beta", "baselines", "selection", "gpus", "output", "peaks", "scheduler")
 TIMING_KEYS = ("warmup", "warmup_ms", "iterations", "min_duration_ms", "max_iterations", "repeats", "rotate",
                "blocking_kernel", "prune")
 OUTPUT_KEYS = ("dir", "csv", "json", "tuning", "plots")
@@ -50,6 +56,7 @@ RANGE_KEYS = ("from", "to", "step", "mul")
 BASELINES = ("cublas",)
 BASELINE_ALIASES = {"cublaslt": "cublas", "torch": "cublas", "cuda": "cublas"}
 PEAK_KEYS = ("tflops", "hbm_tbs")
+SCHEDULER_KEYS = ("swizzle", "raster", "reduction", "promotion_interval")
 MAX_PROBLEMS = 20000
 MAX_DIM = 1 << 20
 
@@ -136,6 +143,9 @@ class ProfileConfig:
     output: Output = field(default_factory=Output)
     peaks: dict[str, Any] = field(default_factory=dict)   # overrides: {"tflops": {"bf16": 989}, "hbm_tbs": 3.35}
     description: str = ""
+    # run-time scheduler options (emitter.runtime.options encodings) each kernel is also timed with; 0 (the
+    # compiled-in choices) always comes first
+    scheduler: tuple[int, ...] = (0,)
 
     def replace(self, **changes: Any) -> "ProfileConfig":
         return replace(self, **changes)
@@ -145,6 +155,7 @@ class ProfileConfig:
         d["problems"] = [p.as_dict() for p in self.problems]
         d["manifests"] = list(self.manifests)
         d["select"], d["exclude"], d["baselines"] = list(self.select), list(self.exclude), list(self.baselines)
+        d["scheduler"] = list(self.scheduler)
         if isinstance(self.gpus, tuple):
             d["gpus"] = list(self.gpus)
         return d
@@ -160,7 +171,7 @@ class ProfileConfig:
                    tie_tolerance=d.get("tie_tolerance", 0.01),
                    gpus=tuple(gpus) if isinstance(gpus, list) else gpus,
                    output=Output(**d.get("output", {})), peaks=d.get("peaks", {}),
-                   description=d.get("description", ""))
+                   description=d.get("description", ""), scheduler=tuple(d.get("scheduler", (0,))))
 
 
 # ------------------------------------------------------------------------------------------ parsing
@@ -292,6 +303,38 @@ def _problems(doc: Document, path: KeyPath, v: Any) -> tuple[Problem, ...]:
             seen.add(prob)
             unique.append(prob)
     return tuple(unique)
+
+
+def _scheduler(doc: Document, path: KeyPath, v: Any) -> tuple[int, ...]:
+    """`scheduler: {swizzle: [1, 4], raster: along_n}`: the product of the value lists, as option encodings,
+    after 0 (the compiled-in choices)."""
+    from emitter.runtime.options import OptionsError, SchedulerOptions
+
+    v = _mapping(doc, path, v, "'scheduler'")
+    _unknown_keys(doc, path, v, SCHEDULER_KEYS, "'scheduler'")
+    axes = []
+    for key in SCHEDULER_KEYS:
+        vals = v.get(key)
+        if vals is None:
+            axes.append([None])
+            continue
+        vals = vals if isinstance(vals, list) else [vals]
+        if not vals:
+            raise doc.error(path + (key,), "an empty list sweeps nothing", value=vals)
+        axis = []
+        for i, x in enumerate(vals):   # null: keep the kernel's compiled-in choice for this key
+            try:
+                axis.append(None if x is None else getattr(SchedulerOptions.parse(f"{key}={x}"), key))
+            except OptionsError as e:
+                raise doc.error(path + (key, i) if isinstance(v.get(key), list) else path + (key,), str(e),
+                                value=x) from None
+        axes.append(axis)
+    out = [0]
+    for combo in itertools.product(*axes):
+        code = SchedulerOptions(*combo).encode()
+        if code not in out:
+            out.append(code)
+    return tuple(out)
 
 
 def _timing(doc: Document, path: KeyPath, v: Any) -> Timing:
@@ -456,6 +499,7 @@ def parse_config(doc: Document) -> ProfileConfig:
         beta=_num(doc, ("beta",), root["beta"], -1e6, 1e6) if "beta" in root else 0.0,
         baselines=_baselines(doc, ("baselines",), root["baselines"]) if "baselines" in root else ("cublas",),
         tie_tolerance=tie,
+        scheduler=_scheduler(doc, ("scheduler",), root["scheduler"]) if "scheduler" in root else (0,),
         gpus=_gpus(doc, ("gpus",), root["gpus"]) if "gpus" in root else "all",
         output=_output(doc, ("output",), root.get("output")),
         peaks=_peaks(doc, ("peaks",), root.get("peaks")),

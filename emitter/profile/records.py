@@ -111,11 +111,19 @@ class Measurement:
     check: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)   # rotation sets, working set, iterations...
     split_k: int = 1                # split-K slices the kernel ran with (split_k: serial instances sweep it)
+    options: int = 0                # run-time scheduler options it ran with (emitter.runtime.options; 0 = none)
 
     @property
     def label(self) -> str:
-        """What ran: the instance, plus its split-K slice count when it is above 1 (`<name>@splitk4`)."""
-        return self.name if self.split_k == 1 else f"{self.name}@splitk{self.split_k}"
+        """What ran: the instance, plus its split-K slice count when it is above 1 (`<name>@splitk4`) and its
+        run-time scheduler options when set (`<name>@swz4_rastern`)."""
+        out = self.name if self.split_k == 1 else f"{self.name}@splitk{self.split_k}"
+        return out + (f"@{self.options_label.replace(' ', '_')}" if self.options else "")
+
+    @property
+    def options_label(self) -> str:
+        from emitter.runtime.options import SchedulerOptions
+        return SchedulerOptions.decode(self.options).label() if self.options else ""
 
     @property
     def ok(self) -> bool:
@@ -125,7 +133,7 @@ class Measurement:
         return {"kind": self.kind, "name": self.name, "provider": self.provider, "op": self.op.to_json(),
                 "problem": self.problem.as_dict(), "status": self.status, "reason": self.reason, "gpu": self.gpu,
                 "manifest": self.manifest, "stats": self.stats.to_json() if self.stats else None,
-                "check": self.check, "extra": self.extra, "split_k": self.split_k}
+                "check": self.check, "extra": self.extra, "split_k": self.split_k, "options": self.options}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Measurement":
@@ -133,4 +141,5 @@ class Measurement:
                    problem=Problem.from_dict(d["problem"]), status=d.get("status", OK), reason=d.get("reason"),
                    gpu=d.get("gpu", 0), manifest=d.get("manifest"),
                    stats=TimingStats.from_json(d["stats"]) if d.get("stats") else None,
-                   check=d.get("check"), extra=d.get("extra") or {}, split_k=int(d.get("split_k", 1) or 1))
+                   check=d.get("check"), extra=d.get("extra") or {}, split_k=int(d.get("split_k", 1) or 1),
+                   options=int(d.get("options", 0) or 0))

@@ -26,7 +26,8 @@ from emitter.profile.selection import RULE, Choice, choose_all, group_key, measu
 SCHEMA_VERSION = 1
 
 CSV_COLUMNS = [
-    "gpu", "op", "layout", "a", "b", "c", "d", "m", "n", "k", "batch", "kind", "name", "split_k", "provider", "status",
+    "gpu", "op", "layout", "a", "b", "c", "d", "m", "n", "k", "batch", "kind", "name", "split_k", "scheduler",
+    "options", "provider", "status",
     "median_ms", "iqr_ms", "q25_ms", "q75_ms", "min_ms", "run_spread_ms", "repeats", "iterations", "tflops", "gbs",
     "pct_peak_compute", "pct_peak_bw", "baseline", "baseline_ms", "ratio_to_baseline", "check_rel_err", "best",
     "tied", "rotation_sets", "working_set_mb", "reason",
@@ -86,7 +87,7 @@ def build(measurements: list[Measurement], envs: dict[int, dict[str, Any]], conf
 # ------------------------------------------------------------------------------------------ CSV / JSON
 def _sort_key(m: Measurement) -> tuple:
     p = m.problem
-    return (m.op.key, p.flops, p.m, p.n, p.k, p.batch, 0 if m.kind == "baseline" else 1, m.name, m.split_k)
+    return (m.op.key, p.flops, p.m, p.n, p.k, p.batch, 0 if m.kind == "baseline" else 1, m.name, m.split_k, m.options)
 
 
 def rows(report: Report) -> list[dict[str, Any]]:
@@ -98,7 +99,8 @@ def rows(report: Report) -> list[dict[str, Any]]:
         out.append({
             "gpu": m.gpu, "op": m.op.key, "layout": m.op.layout, "a": m.op.a, "b": m.op.b, "c": m.op.c, "d": m.op.d,
             "m": m.problem.m, "n": m.problem.n, "k": m.problem.k, "batch": m.problem.batch,
-            "kind": m.kind, "name": m.name, "split_k": m.split_k, "provider": m.provider, "status": m.status,
+            "kind": m.kind, "name": m.name, "split_k": m.split_k, "options": m.options, "scheduler": m.options_label,
+            "provider": m.provider, "status": m.status,
             "median_ms": _r(s.median_ms, 6) if s else None, "iqr_ms": _r(s.iqr_ms, 6) if s else None,
             "q25_ms": _r(s.q25_ms, 6) if s else None, "q75_ms": _r(s.q75_ms, 6) if s else None,
             "min_ms": _r(s.min_ms, 6) if s else None, "run_spread_ms": _r(s.run_spread_ms, 6) if s else None,
@@ -256,7 +258,7 @@ def print_table(report: Report, console: Any = None, all_kernels: bool = False) 
             ratio_txt = f"[{color}]{ratio:.2f}x[/{color}]" if ratio else "-"
             win = ch is not None and ch.winner.label == m.label
             name = ("* " if win and all_kernels else "") + compact_name(m.name) + \
-                (f" split-K {m.split_k}" if m.split_k > 1 else "")
+                (f" split-K {m.split_k}" if m.split_k > 1 else "") + (f" [{m.options_label}]" if m.options else "")
             if not m.ok:
                 table.add_row(_pkey(key), key[0], name, f"[red]{m.status}[/red]", "-", "-", "-", "-",
                               _fmt(bf.get("tflops"), ".1f"), "-", "-")

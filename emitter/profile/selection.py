@@ -122,6 +122,8 @@ def tuning_table(choices: dict[tuple, Choice], figures: dict[tuple, dict[str, An
             "problem": w.problem.as_dict(),
             "kernel": w.name,
             "split_k": w.split_k,        # slices to launch it with (1 = no split)
+            "options": w.options,        # run-time scheduler options to launch it with (0 = none)
+            "scheduler": w.options_label,
             "manifest": w.manifest,
             "median_ms": w.stats.median_ms if w.stats else None,
             "iqr_ms": w.stats.iqr_ms if w.stats else None,

@@ -32,6 +32,7 @@ from emitter.profile.records import (
 )
 from emitter.profile.selection import split_k_candidates
 from emitter.profile.stats import TimingStats
+from emitter.runtime.options import unsupported
 
 EXIT_FAULT = 3
 
@@ -131,7 +132,7 @@ class GpuEngine:
         from emitter.profile.check import check, poison_d
         from emitter.profile.workload import KernelLaunch
 
-        launch = KernelLaunch(kernel, data, self.stream, split_k=m.split_k)
+        launch = KernelLaunch(kernel, data, self.stream, split_k=m.split_k, options=m.options)
         try:
             # the check: poison D of set 0, one launch, compare with the reference
             poison_d(data, 0)
@@ -261,7 +262,8 @@ class FakeEngine:
         if self.config.check:
             # emitter.verify's own case (fresh inputs, poison, reference, compare) on the problem shrunk to 64^3
             vp = VerifyProblem(GemmProblem(min(p.m, 64), min(p.n, 64), min(p.k, 64), batch=p.batch,
-                                           alpha=self.config.alpha, beta=self.config.beta, split_k=m.split_k),
+                                           alpha=self.config.alpha, beta=self.config.beta, split_k=m.split_k,
+                                           options=m.options),
                                "normal", p.key)
             r = run_case(self.backend, kernel, vp, case_seed(0, kernel.name, p.key))
             if r["status"] == "SKIPPED":
@@ -398,16 +400,19 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
                     if kernel is not None and getattr(kernel.config, "split_k", "none") == "serial":
                         splits = split_k_candidates(kernel.config.problem_tile, problem.m, problem.n, problem.k,
                                                     problem.batch, int(env.get("sm_count") or 1))
-                    runs += [(n, s) for s in splits]
-                for n, split in runs:
+                    # run-time scheduler options (config `scheduler`): those the kernel has, beside none
+                    variants = [o for o in config.scheduler if kernel is None or not unsupported(kernel.config, o)]
+                    runs += [(n, s, o) for s in splits for o in variants or [0]]
+                for n, split, opts in runs:
                     kernel, _op, man, why = kernels[n]
-                    m = Measurement("kernel", n, "emitter", op, problem, OK, None, gpu, man, split_k=split)
+                    m = Measurement("kernel", n, "emitter", op, problem, OK, None, gpu, man, split_k=split,
+                                    options=opts)
                     if kernel is None:
                         m.status, m.reason = FAILED, why
                         log.write({"type": "result", "measurement": m.to_json()})
                         continue
                     log.write({"type": "start", "kind": "kernel", "name": n, "problem": problem.key, "op": op_key,
-                               "split_k": split})
+                               "split_k": split, "options": opts})
                     prune_ms = config.timing.prune * best_ms if (config.timing.prune and best_ms) else None
                     try:
                         m = engine.kernel(kernel, data, m, prune_ms=prune_ms)

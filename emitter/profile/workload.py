@@ -165,7 +165,7 @@ class ProblemData:
 class KernelLaunch:
     """One loaded kernel prepared on every operand set of a ProblemData."""
 
-    def __init__(self, kernel: Kernel, data: ProblemData, stream: Any, split_k: int = 1) -> None:
+    def __init__(self, kernel: Kernel, data: ProblemData, stream: Any, split_k: int = 1, options: int = 0) -> None:
         import pycuda.driver as drv
 
         from emitter.runtime.shim import (
@@ -192,7 +192,7 @@ class KernelLaunch:
         try:
             for s in data.sets:
                 prob = EmitterGemmProblem(
-                    m=p.m, n=p.n, k=p.k, batch_count=p.batch, split_k_slices=max(int(split_k), 1), options=0,
+                    m=p.m, n=p.n, k=p.k, batch_count=p.batch, split_k_slices=max(int(split_k), 1), options=int(options),
                     A=s.A or None, B=s.B or None, C=s.C or None, D=s.D or None, bias=s.bias or None,
                     lda=p.lda, ldb=p.ldb, ldc=p.ldc, ldd=p.ldd,
                     batch_stride_A=p.batch_stride_a, batch_stride_B=p.batch_stride_b,
