@@ -385,7 +385,7 @@ def test_every_level_renders_alone_and_in_order():
                    "extern \"C\" __global__ void __launch_bounds__(emitter_gemm_x::GemmKernel::kThreadCount)",
                    "emitter_gemm_x_kernel(typename emitter_gemm_x::GemmKernel::Params params)",
                    "int emitter_gemm_x_query(", "int emitter_gemm_x_initialize(", "const char* emitter_gemm_x_name(void)",
-                   "#define EMITTER_ABI_VERSION 2"):
+                   "#define EMITTER_ABI_VERSION 3"):
         assert needle in whole, needle
 
 

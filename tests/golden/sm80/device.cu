@@ -16,6 +16,7 @@ inline bool aligned_pointer(void const* ptr, int alignment_elements, int element
 inline int make_arguments(emitter_gemm_problem const* p, bool need_pointers, Arguments* out) {
   if (p == nullptr || out == nullptr) return EMITTER_INVALID_ARGUMENT;
   if (p->m < 1 || p->n < 1 || p->k < 1 || p->batch_count < 1 || p->split_k_slices < 1) return EMITTER_INVALID_ARGUMENT;
+  if (p->options != 0) return EMITTER_CANNOT_IMPLEMENT;   // run-time scheduler options are CUTLASS 3.x (sm90a) only
   if (p->batch_count != 1) return EMITTER_CANNOT_IMPLEMENT;  // not a batched instance
   if (p->split_k_slices != 1) return EMITTER_CANNOT_IMPLEMENT;  // not a split-K instance
   if (p->bias != nullptr) return EMITTER_CANNOT_IMPLEMENT;  // this instance has no bias epilogue

@@ -77,6 +77,22 @@ struct Device {
     args.epilogue.dC = dC;
     args.epilogue.ptr_D = static_cast<ElementD*>(p->D);
     args.epilogue.dD = dD;
+    // Run-time scheduler options (emitter_gemm_problem.options; 0 = the choices compiled in above): each set
+    // field overrides one argument of this same kernel, in the caller's terms (emitter/runtime/options.py).
+    const int options = caller->options;
+    if (options != 0) {
+      if (options & ~0xFFFF) return EMITTER_INVALID_ARGUMENT;
+      const int swizzle = options & 0xF, raster = (options >> 4) & 0x3, reduction = (options >> 6) & 0x3;
+      const int promotion = (options >> 8) & 0xFF;
+      if (swizzle > 4 || reduction == 3) return EMITTER_INVALID_ARGUMENT;
+      if (swizzle) args.scheduler.max_swizzle_size = 1 << (swizzle - 1);
+      using Raster = cutlass::gemm::kernel::detail::RasterOrderOptions;
+      if (raster == 1) args.scheduler.raster_order = Raster::Heuristic;
+      if (raster == 2) args.scheduler.raster_order = Raster::AlongM;
+      if (raster == 3) args.scheduler.raster_order = Raster::AlongN;
+      if (reduction == 2) return EMITTER_CANNOT_IMPLEMENT;   // nothing to reduce: no stream-K / split-K here
+      if (promotion) return EMITTER_CANNOT_IMPLEMENT;   // no fp8 promotion in this mainloop
+    }
     return EMITTER_OK;   // hw_info (SM count) comes after can_implement: hardware()
   }
 
