@@ -19,7 +19,8 @@ from click.testing import CliRunner
 from emitter.cli import main as cli
 from emitter.library import abi
 from emitter.library.dispatch import (ACTIVATIONS, DTYPES, LAYOUTS, Candidate, KernelRecord, Op, Query, TuningRecord,
-                                      candidate_order, dispatch_order, effective_split_k, forced, kernel_records,
+                                      candidate_order, dispatch_order, effective_options, effective_split_k, forced,
+                                      kernel_records,
                                       log2_fixed, select, transpose, tuning_records)
 from emitter.library.tuning import TuningError, load as load_tuning
 from emitter.library.export import LibraryError, export_library
@@ -428,11 +429,35 @@ def test_tuned_split_k_reaches_table_and_manifest(tmp_path):
     assert sorted((x["problem"]["m"], x["split_k"]) for x in m["tuning"]) == [(128, 2), (4096, 1)]
     table = (tmp_path / "o/src/splitlib_table.cpp").read_text()
     rows = [line for line in table.splitlines() if line.endswith("// " + name)]
-    assert len(rows) == 2 and rows[0].endswith(", 0, 2},  // " + name) and rows[1].endswith(", 0, 1},  // " + name)
+    assert len(rows) == 2 and rows[0].endswith(", 0, 2, 0},  // " + name)
+    assert rows[1].endswith(", 0, 1, 0},  // " + name)
     res = CliRunner().invoke(cli, ["library", str(tmp_path / "gen"), "--tuning", str(t), "--name", "splitlib",
                                    "-o", str(tmp_path / "o")])
     assert res.exit_code == 0, res.output
     assert "2 tuned shapes (1 run split-K)" in res.output and f"{name} split-K 6 @ 128x128x8192x1: conflict" in res.output
+
+
+def test_tuned_scheduler_options_checked_and_kept(tmp_path):
+    """A tuning entry's run-time scheduler options reach the table when its kernel has them; options a kernel
+    lacks (any on 2.x, a nondeterministic reduction without stream-K) or undefined bits are export errors."""
+    entries = _synthetic_manifest(tmp_path / "gen", random.Random(5), 12)
+    sm80 = next(e["name"] for e in entries if e["arch"] != "sm90a")
+    persistent = next(e["name"] for e in entries if e["arch"] == "sm90a" and e["config"]["split_k"] == "none")
+
+    def table(name, options):
+        t = tmp_path / f"t{options}.json"
+        t.write_text(json.dumps({"schema_version": 1, "entries": [
+            {"problem": {"m": 512, "n": 4096, "k": 4096}, "kernel": name, "options": options, "median_ms": 0.1}]}))
+        return t
+
+    r = export_library([tmp_path / "gen"], "optlib", tmp_path / "o", tuning=[table(persistent, 3 | 3 << 4)])
+    assert [t.options for t in r.tuning] == [3 | 3 << 4]
+    m = json.loads((tmp_path / "o/manifest.json").read_text())
+    assert m["tuning"][0]["options"] == 3 | 3 << 4
+    assert (tmp_path / "o/src/optlib_table.cpp").read_text().count(f", 0, 1, {3 | 3 << 4}}},  // {persistent}") == 1
+    for name, options, words in ((sm80, 3, "sm90a"), (persistent, 2 << 6, "stream-K"), (persistent, 1 << 17, "bits")):
+        with pytest.raises(TuningError, match=words):
+            export_library([tmp_path / "gen"], "optlib", tmp_path / "bad", tuning=[table(name, options)])
 
 
 def test_tuning_conflicts_and_op_mismatch(manifest_dir, tmp_path):
@@ -605,24 +630,29 @@ def _synthetic_library(tmp_path: Path, rnd: random.Random, name: str, kernels: i
     (H100, A100, unknown GPU) whose split-K winners were timed with random slice counts."""
     entries = _synthetic_manifest(tmp_path / "gen", rnd, kernels, fp8)
     split_ok = {e["name"]: e["config"]["split_k"] != "none" for e in entries}
+    sm90a = {e["name"] for e in entries if e["arch"] == "sm90a"}
+    orng = random.Random(len(entries))   # its own stream: the draws of `rnd` (and the coverage they give) stay as they were
     names = sorted(split_ok)
     tuning = []
     for _ in range(records):
         kname = rnd.choice(names)
         tuning.append((kname, rnd.choice([1, 16, 128, 1000, 4096]), rnd.choice([64, 1024, 4096, 12288]),
                        rnd.choice([64, 512, 4096]), rnd.choice([1, 1, 8]),
-                       rnd.choice([1, 2, 3, 4, 8, 16]) if split_ok[kname] else 1))
+                       rnd.choice([1, 2, 3, 4, 8, 16]) if split_ok[kname] else 1,
+                       # run-time scheduler options (swizzle 4; swizzle 2 along N) the sm90a winners were timed with
+                       orng.choice([0, 0, 3, 2 | 3 << 4]) if kname in sm90a else 0))
     tables = []
     for i, gpu in enumerate([{"cc": "9.0"}, {"cc": "8.0"}, None]):   # an H100 table, an A100 table, one of unknown GPU
         t = tmp_path / f"tuning{i}.json"
         t.write_text(json.dumps({"schema_version": 1, **({"gpu": gpu} if gpu else {}), "entries": [
-            {"problem": {"m": m, "n": n, "k": k, "batch": b}, "kernel": kname, "split_k": sk, "median_ms": rnd.random()}
-            for kname, m, n, k, b, sk in tuning[i::3]]}))
+            {"problem": {"m": m, "n": n, "k": k, "batch": b}, "kernel": kname, "split_k": sk, "options": opt,
+             "median_ms": rnd.random()}
+            for kname, m, n, k, b, sk, opt in tuning[i::3]]}))
         tables.append(t)
     out = tmp_path / "lib"
     r = export_library([tmp_path / "gen"], name, out, tuning=tables)
     assert {t.gpu_cc for t in r.tuning} == {0, 80, 90}
-    assert any(t.split_k > 1 for t in r.tuning)
+    assert any(t.split_k > 1 for t in r.tuning) and {t.options for t in r.tuning} == {0, 3, 2 | 3 << 4}
     assert any(k.fast_accum for k in r.kernels) and any(r.kernels[t.kernel].fast_accum for t in r.tuning)
     return r, out
 
@@ -678,7 +708,8 @@ def test_cpp_dispatch_matches_python(tmp_path):
     for q, line in zip(queries, got):
         want = dispatch_order(r.kernels, r.tuning, q)
         splits = [effective_split_k(r.kernels, r.tuning, c, q) for c in want]
-        text = " ".join(f"{c.kernel}:{c.tuning}:{int(c.transposed)}:{s_}" for c, s_ in zip(want, splits)) or "-"
+        text = " ".join(f"{c.kernel}:{c.tuning}:{int(c.transposed)}:{s_}:{effective_options(r.tuning, c)}"
+                        for c, s_ in zip(want, splits)) or "-"
         assert line == text, (q, line, text)
         nonempty += bool(want)
         is_fast = [r.kernels[c.kernel].fast_accum for c in want]
@@ -732,7 +763,7 @@ _FAKE_KERNELS = """\
 #include "{lib}_dispatch.h"
 #include "{lib}_kernels.h"
 using namespace {lib}_detail;
-int g_run_kernel = -1, g_run_split = 0;
+int g_run_kernel = -1, g_run_split = 0, g_run_options = -1;
 long long fake_need(int kernel, int split) {{ return split > 1 ? 4096LL * split + kernel : 0; }}
 namespace {{
 template <int I> int query(const emitter_gemm_problem* p, emitter_launch* out) {{
@@ -747,6 +778,7 @@ template <int I> int run(const emitter_gemm_problem* p, void* workspace, void*, 
   if (fake_need(I, p->split_k_slices) > 0 && workspace == nullptr) return EMITTER_INVALID_ARGUMENT;
   g_run_kernel = I;
   g_run_split = p->split_k_slices;
+  g_run_options = p->options;
   return EMITTER_OK;
 }}
 }}  // namespace
@@ -784,7 +816,7 @@ _API_MAIN = """\
 #include <sstream>
 #include <string>
 #include "{lib}/{lib}.h"
-extern int g_run_kernel, g_run_split;
+extern int g_run_kernel, g_run_split, g_run_options;
 int main() {{
   std::string line;
   while (std::getline(std::cin, line)) {{
@@ -796,11 +828,12 @@ int main() {{
     void* const buffer = reinterpret_cast<void*>(0x400000);
     g_run_kernel = -1; g_run_split = 0;
     const int run_status = {lib}_gemm(&p, ws ? buffer : nullptr, ws, nullptr);
-    const int run_kernel = g_run_kernel, run_split = g_run_split;
+    const int run_kernel = g_run_kernel, run_split = g_run_split, run_options = g_run_options;
     int small_status = -1;
     if (sel_status == 0 && sel.workspace_bytes > 0) small_status = {lib}_gemm(&p, buffer, size_t(sel.workspace_bytes) - 1, nullptr);
-    std::printf("%d %zu %d %d %d %d %d %lld %d %d %d %d\\n", ws_status, ws, sel_status, sel.kernel, sel.transposed,
-                sel.tuned, sel.split_k_slices, (long long)sel.workspace_bytes, run_status, run_kernel, run_split, small_status);
+    std::printf("%d %zu %d %d %d %d %d %lld %d %d %d %d %d\\n", ws_status, ws, sel_status, sel.kernel, sel.transposed,
+                sel.tuned, sel.split_k_slices, (long long)sel.workspace_bytes, run_status, run_kernel, run_split, small_status,
+                run_options);
   }}
   return 0;
 }}
@@ -845,10 +878,10 @@ def test_cpp_api_queries_and_launches_with_the_effective_split(tmp_path):
     assert len(got) == len(queries)
     need = lambda kernel, split: 4096 * split + kernel if split > 1 else 0
     seen = {"tuned_split": 0, "forced_tuned": 0, "workspace": 0, "max_other": 0, "fast_forced": 0, "fast_dispatched": 0,
-            "fast_refused": 0}
+            "fast_refused": 0, "options": 0}
     for q, nf, line in zip(queries, named, got):
-        ws_status, ws, sel_status, kernel, transposed, tuned, split, sel_ws, run_status, run_kernel, run_split, small = \
-            map(int, line.split())
+        (ws_status, ws, sel_status, kernel, transposed, tuned, split, sel_ws, run_status, run_kernel, run_split, small,
+         run_options) = map(int, line.split())
         f = nf[1] if nf else None
         order = ([f] if f else []) if nf else dispatch_order(r.kernels, r.tuning, q)
         if not order:
@@ -866,6 +899,9 @@ def test_cpp_api_queries_and_launches_with_the_effective_split(tmp_path):
         assert (sel_status, kernel, transposed, split) == (0, first.kernel, int(first.transposed), splits[0]), (q, f, line)
         assert tuned == (2 if f else 1 if first.tuning >= 0 else 0)
         assert (run_status, run_kernel, run_split) == (0, first.kernel, splits[0]), (q, f, line)
+        # ... with its tuning record's run-time scheduler options (none when forced or in fallback order)
+        assert run_options == effective_options(r.tuning, first), (q, f, line)
+        seen["options"] += run_options != 0
         assert sel_ws == need(first.kernel, splits[0])
         # the workspace query: the largest need among the candidates, each at the split it would launch with
         most = max(need(c.kernel, s_) for c, s_ in zip(order, splits))
@@ -880,6 +916,7 @@ def test_cpp_api_queries_and_launches_with_the_effective_split(tmp_path):
         seen["max_other"] += most > sel_ws
     assert seen["tuned_split"] > 20 and seen["forced_tuned"] > 3 and seen["workspace"] > 50 and seen["max_other"] > 10, seen
     assert seen["fast_forced"] > 3 and seen["fast_dispatched"] > 10 and seen["fast_refused"] > 3, seen
+    assert seen["options"] > 10, seen
 
 
 # For each problem on stdin (the probe's 17 integers, then a kernel name or "-"): what select says (status, kernel,

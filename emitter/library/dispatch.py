@@ -158,6 +158,7 @@ class TuningRecord:
     batch: int = 1
     gpu_cc: int = 0            # compute capability x 10 of the GPU it was measured on; 0 = unknown
     split_k: int = 1           # split-K slices the kernel was timed with there (1 = no split)
+    options: int = 0           # run-time scheduler options it was timed with there (emitter.runtime.options)
 
     @property
     def logs(self) -> tuple[int, int, int, int]:
@@ -247,11 +248,11 @@ def kernel_records(entries: Sequence[dict[str, Any]]) -> list[KernelRecord]:
 
 
 def tuning_records(rows: Iterable[tuple[int, ...]]) -> list[TuningRecord]:
-    """(kernel index, m, n, k, batch[, gpu_cc[, split_k]]) -> indexed tuning records sorted by
-    (m, n, k, batch, gpu_cc, kernel, split_k)."""
-    defaults = (0, 1)   # gpu_cc unknown, no split
+    """(kernel index, m, n, k, batch[, gpu_cc[, split_k[, options]]]) -> indexed tuning records sorted by
+    (m, n, k, batch, gpu_cc, kernel, split_k, options)."""
+    defaults = (0, 1, 0)   # gpu_cc unknown, no split, no run-time scheduler options
     full = {tuple(r) + defaults[len(r) - 5:] for r in rows}
-    out = sorted(full, key=lambda p: (p[1], p[2], p[3], p[4], p[5], p[0], p[6]))
+    out = sorted(full, key=lambda p: (p[1], p[2], p[3], p[4], p[5], p[0], p[6], p[7]))
     return [TuningRecord(i, *p) for i, p in enumerate(out)]
 
 
@@ -319,6 +320,12 @@ def effective_split_k(kernels: Sequence[KernelRecord], tuning: Sequence[TuningRe
     if not k.split_k or tuned <= 1:
         return 1
     return max(1, min(tuned, q.k // max(k.tile[2], 1)))
+
+
+def effective_options(tuning: Sequence[TuningRecord], c: Candidate) -> int:
+    """The run-time scheduler options candidate `c` is asked and launched with (mirror of effective_options in
+    dispatch.h.j2): its tuning record's, for a candidate a record ranked; none for a fallback or forced one."""
+    return tuning[c.tuning].options if c.tuning >= 0 else 0
 
 
 def transpose(q: Query) -> Query:

@@ -35,7 +35,7 @@ from emitter.fsutil import atomic_write_json, write_if_changed
 from emitter.library import abi
 from emitter.library.dispatch import (ACTIVATIONS, ARCHES, DEFAULT_CUDA_ARCHITECTURES, DTYPES, KernelRecord, Query,
                                       TuningRecord, candidate_order, kernel_records, log2_fixed, tuning_records)
-from emitter.library.tuning import TuningEntry, check_split_k, load_all
+from emitter.library.tuning import TuningEntry, check_options, check_split_k, load_all
 from emitter.manifest import load as load_manifest, manifest_path
 from emitter.render import templates_root
 
@@ -138,6 +138,7 @@ def resolve_tuning(kernels: Sequence[KernelRecord], entries: Sequence[TuningEntr
                                       "or a failed build)"})
             continue
         check_split_k(e, k.split_k)
+        check_options(e, k.arch, k.config)
         bad = _op_mismatch(e, k.config)
         if not bad and e.batch > 1 and not k.batched:
             bad = f"batch {e.batch}, but the kernel is not batched"
@@ -150,13 +151,14 @@ def resolve_tuning(kernels: Sequence[KernelRecord], entries: Sequence[TuningEntr
         groups[(k.op, e.shape, e.gpu_cc)].append(e)
     pairs = []
     for (op, shape, gpu_cc), es in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][2], by_name[kv[1][0].kernel].index)):
-        label = lambda e: e.kernel if e.split_k == 1 else f"{e.kernel}@splitk{e.split_k}"
+        label = lambda e: ((e.kernel if e.split_k == 1 else f"{e.kernel}@splitk{e.split_k}")  # noqa: E731
+                           + (f"@options{e.options}" if e.options else ""))
         names = sorted({label(e) for e in es})
         chosen = es[-1]
         if len(names) > 1:
             timed = [e for e in es if e.median_ms is not None]
             if len(timed) == len(es):
-                chosen = min(timed, key=lambda e: (e.median_ms, e.kernel, e.split_k))
+                chosen = min(timed, key=lambda e: (e.median_ms, e.kernel, e.split_k, e.options))
                 why = "the smallest median_ms"
             else:
                 why = "the last one given"
@@ -168,7 +170,7 @@ def resolve_tuning(kernels: Sequence[KernelRecord], entries: Sequence[TuningEntr
                     dropped.append({"kernel": e.kernel, "split_k": e.split_k, "problem": list(e.shape), "source": e.source,
                                     "reason": f"conflict: {label(chosen)} was chosen for this shape ({why})"})
         k = by_name[chosen.kernel]
-        pairs.append((k.index, *shape, gpu_cc, chosen.split_k))
+        pairs.append((k.index, *shape, gpu_cc, chosen.split_k, chosen.options))
     return tuning_records(pairs), dropped, notes
 
 
@@ -378,13 +380,14 @@ def export_library(manifest_dirs: Sequence[str | Path], name: str, out: str | Pa
                      "source": f"src/instances/{k.name}.cu", "tuned_shapes": sum(1 for t in tuning_recs if t.kernel == k.index),
                      "config": k.config} for k in kernels],
         "tuning": [{"index": t.index, "kernel": by_index[t.kernel].name, "problem": {"m": t.m, "n": t.n, "k": t.k, "batch": t.batch},
-                    "gpu_cc": t.gpu_cc or None, "split_k": t.split_k,
+                    "gpu_cc": t.gpu_cc or None, "split_k": t.split_k, "options": t.options,
                     "log2_fixed": [log2_fixed(x) for x in (t.m, t.n, t.k, t.batch)]} for t in tuning_recs],
         "dispatch": {
             "rule": "exact operation match and arch; tuned kernels first by nearest profiled shape (sum of |log2| "
                     "differences over m, n, k, batch); then fallback_rank; first that can implement runs; "
                     "then the same for the transposed problem; a tuned split-K kernel runs with its record's "
-                    "split_k (clamped to k / tile_k) unless the caller asks for split_k_slices > 1; fp8 "
+                    "split_k (clamped to k / tile_k) unless the caller asks for split_k_slices > 1, and with its "
+                    "record's run-time scheduler options (options); fp8 "
                     "fast-accumulation kernels (fast_accum) are candidates only when the caller sets "
                     "problem.fast_accum = 1, and then come before full-precision ones at equal distance or rank",
             "fallback_order": [[k.name for k in sorted(ks, key=lambda k: k.fallback_rank)] for ks in groups.values()],

@@ -9,7 +9,9 @@ Only `problem` and `kernel` are required of an entry; `op` (when present) is che
 kernels; the library applies it only to callers who opt in to fast accumulation, see `check_op`);
 `split_k` (optional, default 1) is the split-K slice count the winner was timed with -- the library launches
 it with that count (see emitter/library/dispatch.py `effective_split_k`), so it must be 1 unless the kernel
-is a split-K instance (`check_split_k`); `gpu.cc` (when present) tells the dispatch which GPU generation the
+is a split-K instance (`check_split_k`); `options` (optional, default 0) are the run-time scheduler options
+(emitter.runtime.options) it was timed with, launched with it too, so they must be ones the kernel has
+(`check_options`); `gpu.cc` (when present) tells the dispatch which GPU generation the
 choices were measured on.
 """
 
@@ -42,6 +44,7 @@ class TuningEntry:
     op: dict[str, Any] | None = None
     median_ms: float | None = None
     split_k: int = 1                # split-K slices the kernel was timed with (1 = no split)
+    options: int = 0                # run-time scheduler options it was timed with (emitter.runtime.options)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -63,6 +66,34 @@ def _split_k(e: dict[str, Any], where: str) -> int:
         raise TuningError(f"{where}: split_k must be a positive integer (the split-K slice count the kernel was "
                           f"timed with; 1 = no split), got {value!r}")
     return value
+
+
+def _options(e: dict[str, Any], where: str) -> int:
+    from emitter.runtime.options import OptionsError, SchedulerOptions
+
+    value = e.get("options", 0)
+    if value is None:
+        return 0
+    try:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise OptionsError(f"an integer is expected, got {value!r}")
+        SchedulerOptions.decode(value)
+    except OptionsError as err:
+        raise TuningError(f"{where}: options (the run-time scheduler options the kernel was timed with, as "
+                          f"`emitter profile` writes them): {err}") from None
+    return value
+
+
+def check_options(entry: TuningEntry, arch: str, config: dict[str, Any]) -> None:
+    """An entry's run-time scheduler options must be ones its kernel has (the library launches it with them)."""
+    from emitter.runtime.options import SchedulerOptions, unsupported_config
+
+    why = unsupported_config(arch, config, entry.options)
+    if why:
+        raise TuningError(f"{entry.source}: entries[{entry.position}]: options {entry.options} "
+                          f"({SchedulerOptions.decode(entry.options).label()}) cannot run on kernel {entry.kernel}: "
+                          f"{why}; is the tuning table from another manifest, or edited? (set options to 0 or drop "
+                          "the entry)")
 
 
 def check_split_k(entry: TuningEntry, kernel_split_k: bool) -> None:
@@ -147,10 +178,12 @@ def load(path: str | Path) -> list[TuningEntry]:
         m, n, k = (_positive_int(prob[key], where, key) for key in ("m", "n", "k"))
         batch = _positive_int(prob.get("batch", 1), where, "batch")
         split_k = _split_k(e, where)
+        options = _options(e, where)
         med = e.get("median_ms")
         out.append(TuningEntry(source=str(p), position=i, kernel=e["kernel"], m=m, n=n, k=k, batch=batch, gpu_cc=gpu_cc,
                                op=check_op(e.get("op"), where),
                                median_ms=float(med) if isinstance(med, (int, float)) else None, split_k=split_k,
+                               options=options,
                                extra={key: e[key] for key in ("tflops", "ratio_to_baseline", "baseline") if key in e}))
     return out
 

@@ -146,3 +146,14 @@ def unsupported(cfg: Any, options: int) -> str | None:
             return (f"promotion_interval={o.promotion_interval} is not a multiple of the {steps} wgmma k-steps of "
                     f"one {tile_k}-deep k-block (CUTLASS's can_implement)")
     return None
+
+
+def unsupported_config(arch: str, config: dict[str, Any], options: int) -> str | None:
+    """unsupported() for a manifest entry's `config` (the library exporter's view of a kernel)."""
+    from types import SimpleNamespace
+
+    view = SimpleNamespace(
+        name=str(config.get("name", "this kernel")), arch=arch, tile=tuple(config.get("tile") or (0, 0, 0)),
+        stream_k=config.get("tile_scheduler") == "stream_k" or config.get("split_k") == "serial",
+        promotion_interval=int(config.get("promotion_interval") or 0))
+    return unsupported(view, options)
