@@ -415,6 +415,9 @@ def main() -> int:
     ap.add_argument("--no-verify", action="store_true", help="skip `emitter verify --quick` before profiling")
     ap.add_argument("--min-duration-ms", type=float, default=20.0, help="timed launches per repeat (ms)")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--scheduler", default=None, metavar="YAML",
+                    help="run-time scheduler options to time every kernel with too (the profile config's "
+                         "`scheduler:`), e.g. '{swizzle: [null, 4], promotion_interval: [null, 8, 16]}'")
     ap.add_argument("--skip-build", action="store_true", help="reuse the build in --gen")
     ap.add_argument("--stall-timeout", type=float, default=120.0, help="seconds before a hung kernel is killed")
     ap.add_argument("--resume", action="store_true",
@@ -468,9 +471,11 @@ def main() -> int:
         + f"timing: {{warmup: 10, warmup_ms: 100, min_duration_ms: {args.min_duration_ms}, max_iterations: 400, "
           f"repeats: {args.repeats}}}\n"
         + "baselines: [cublas]\n"
+        + (f"scheduler: {args.scheduler}\n" if args.scheduler else "")
         + f"output: {{dir: {json.dumps(str(out / 'profile'))}}}\n")
     commands.append(f"python3 -m emitter profile profile.yaml -o profile   # profile.yaml: {SHAPES[args.shapes]}, "
-                    f"repeats {args.repeats}, {args.min_duration_ms:g} ms per repeat")
+                    f"repeats {args.repeats}, {args.min_duration_ms:g} ms per repeat"
+                    + (f", scheduler {args.scheduler}" if args.scheduler else ""))
     if args.resume and (out / "run.json").is_file():     # the first sitting's commands and step times
         first = json.loads((out / "run.json").read_text())
         times = {**first.get("times", {}), **{k: v for k, v in times.items() if k not in first.get("times", {})}}

@@ -246,6 +246,27 @@ def test_verify_emitted_instances_on_gpu(suite):
     assert all(s == "PASSED" for s in statuses.values()), statuses
 
 
+@pytest.mark.parametrize("scheduler", ["swizzle=4,raster=along_n", "swizzle=2,raster=along_m,reduction=nondeterministic",
+                                       "promotion_interval=8"])
+def test_run_time_scheduler_options_on_gpu(suite, scheduler):
+    """emitter_gemm_problem.options on the real shims: every sm90a instance that has the choice is verified with
+    it (the others are skipped as not having it, never failed); at least one ran each time."""
+    from emitter.runtime.options import SchedulerOptions
+    from emitter.verify.runner import VerifyOptions, verify
+
+    root, real, planted, records = suite
+    built = [e for e in real if e["arch"] == "sm90a" and e["name"] in records and records[e["name"]].status != "failed"]
+    opts = SchedulerOptions.parse(scheduler).encode()
+    run = verify(root, built, None, VerifyOptions(backend="pycuda", quick=True, launch_timeout_s=60, scheduler=opts))
+    _write_reports(run, "verify_scheduler_" + scheduler.replace("=", "").replace(",", "_"))
+    failures = [f"{r['instance']} [{r['problem']}]: {r['reason']}" for r in run.results if r["status"] == "FAILED"]
+    passed = {r["instance"] for r in run.results if r["status"] == "PASSED"}
+    print(f"\n--scheduler {scheduler}: {len(passed)} instances passed, "
+          f"{sum(r['status'] == 'PASSED' for r in run.results)} cases")
+    assert not failures, "\n".join(failures[:40])
+    assert passed
+
+
 def test_planted_bugs_are_caught(suite):
     from emitter.verify.report import instance_status
     from emitter.verify.runner import VerifyOptions, verify
