@@ -55,11 +55,13 @@ def library(manifests: tuple[Path, ...], name: str, out: Path | None, tuning: tu
         click.echo(f"note: {n}", err=True)
     arches = ", ".join(f"{n} {a}" for a, n in sorted(by_arch.items()))
     split = sum(1 for t in r.tuning if t.split_k > 1)
+    sched = sum(1 for t in r.tuning if t.options)
     fast = sum(1 for k in r.kernels if k.fast_accum)
     click.echo(f"library {name}: {len(r.kernels)} kernels ({arches}"
                + (f"; {fast} fp8 fast-accum, dispatched only to callers that set fast_accum" if fast else "")
                + f"), {len(r.tuning)} tuned shapes"
-               + (f" ({split} run split-K)" if split else "") + "; "
+               + (f" ({split} run split-K)" if split else "")
+               + (f" ({sched} with run-time scheduler options)" if sched else "") + "; "
                f"{len(r.written)} files written, {r.unchanged} unchanged"
                + (f", {len(r.removed)} removed" if r.removed else "") + f" -> {out}")
     click.echo(f"  build: cmake -S {out} -B {out}/build && cmake --build {out}/build -j && "
