@@ -420,6 +420,19 @@ def resolve(inst: GemmInstance) -> GemmInstance | Rejection:
         lo, hi = (t.k // instr.k) * instr.k, (t.k // instr.k + 1) * instr.k
         return _reject(inst, "tile-k-multiple-of-instruction-k", f"tile k={t.k} is not a multiple of instruction "
                                                                  f"k={instr.k}: use " + (f"{lo} or {hi}" if lo else f"{hi}"))
+    if inst.op_class is OpClass.tensorop and a.bits <= 32:
+        # DefaultMmaCore (tensor op, sm75/sm80) keeps a K-major operand in shared memory as
+        # TensorOpMultiplicandCrosswise<bits, tile k>, which static_asserts that tile k spans at most one
+        # 128-byte line ("kCrosswise should be no large than one shared memory cache line"). Found by the
+        # accepted-means-compiles test (seed 700304: f32 tn 128x64x64).
+        max_k = 1024 // a.bits
+        for side, op, k_major in (("A", ka, ka.layout is Layout.row), ("B", kb, kb.layout is Layout.col)):
+            if k_major and t.k > max_k:
+                return _reject(inst, "tile-k-crosswise",
+                               f"tile k={t.k} of {op.dtype} with the kernel's {side} K-major: CUTLASS keeps a K-major "
+                               f"tensor-op operand in shared memory in lines of at most 128 bytes along K "
+                               f"(TensorOpMultiplicandCrosswise), i.e. tile k <= {max_k} for {op.dtype}; use tile k="
+                               f"{max_k} (and warp k={max_k}), or an M/N-major layout for that operand")
     for dim in ("m", "n", "k"):
         tv, wv, iv = getattr(t, dim), getattr(w, dim), getattr(instr, dim)
         if tv <= 0 or wv <= 0:
