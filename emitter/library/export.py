@@ -38,6 +38,7 @@ from emitter.library.dispatch import (ACTIVATIONS, ARCHES, DEFAULT_CUDA_ARCHITEC
 from emitter.library.tuning import TuningEntry, check_options, check_split_k, load_all
 from emitter.manifest import load as load_manifest, manifest_path
 from emitter.render import templates_root
+from emitter.runtime.options import SchedulerOptions
 
 LIBRARY_KIND = "emitter.library"
 LIBRARY_SCHEMA_VERSION = 1
@@ -152,7 +153,7 @@ def resolve_tuning(kernels: Sequence[KernelRecord], entries: Sequence[TuningEntr
     pairs = []
     for (op, shape, gpu_cc), es in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][2], by_name[kv[1][0].kernel].index)):
         label = lambda e: ((e.kernel if e.split_k == 1 else f"{e.kernel}@splitk{e.split_k}")  # noqa: E731
-                           + (f"@options{e.options}" if e.options else ""))
+                           + (f"@{SchedulerOptions.decode(e.options).label().replace(' ', '_')}" if e.options else ""))
         names = sorted({label(e) for e in es})
         chosen = es[-1]
         if len(names) > 1:

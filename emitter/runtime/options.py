@@ -150,10 +150,10 @@ def unsupported(cfg: Any, options: int) -> str | None:
 
 def unsupported_config(arch: str, config: dict[str, Any], options: int) -> str | None:
     """unsupported() for a manifest entry's `config` (the library exporter's view of a kernel)."""
-    from types import SimpleNamespace
+    from emitter.runtime.config import GemmConfig
 
-    view = SimpleNamespace(
-        name=str(config.get("name", "this kernel")), arch=arch, tile=tuple(config.get("tile") or (0, 0, 0)),
-        stream_k=config.get("tile_scheduler") == "stream_k" or config.get("split_k") == "serial",
-        promotion_interval=int(config.get("promotion_interval") or 0))
-    return unsupported(view, options)
+    if not options:
+        return None
+    name = str(config.get("name", "this kernel"))
+    return unsupported(GemmConfig.from_entry({"name": name, "family": "gemm", "arch": arch, "config": config}),
+                       options)
