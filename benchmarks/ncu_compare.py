@@ -106,6 +106,34 @@ def table(sides: list[tuple[str, dict]]) -> str:
     return "\n".join(lines)
 
 
+def best_kernels(tuning: dict, op: str, problem: str) -> list[tuple[str, int]]:
+    """The run's chosen kernel for `problem` under `op` (benchmarks' --op spelling), from its tuning table
+    (RUN/profile/tuning.json): [(kernel name, run-time scheduler options)], empty when the run has no entry."""
+    dtype = op.split("-")[0]
+    layout = op.split("-")[1]
+    fast = op.endswith("-fast")
+    m, n, k = (int(x) for x in problem.split("x"))
+    out = []
+    for e in tuning.get("entries", []):
+        o, p = e.get("op", {}), e.get("problem", {})
+        if (o.get("a") == dtype and str(o.get("layout", "")).startswith(layout) and bool(o.get("fast_accum")) == fast
+                and (p.get("m"), p.get("n"), p.get("k"), p.get("batch", 1)) == (m, n, k, 1)):
+            out.append((e["kernel"], int(e.get("options") or 0)))
+    return out
+
+
+def options_text(options: int) -> str:
+    """`emitter profile --options` text for an options encoding ('' = the compiled-in choices), so that the
+    profiled launch is the one the tuning table chose."""
+    if not options:
+        return ""
+    from emitter.runtime.options import SchedulerOptions
+
+    o = SchedulerOptions.decode(options)
+    fields = {k: getattr(o, k) for k in ("swizzle", "raster", "reduction", "promotion_interval")}
+    return ",".join(f"{k}={v}" for k, v in fields.items() if v is not None)
+
+
 def _ncu() -> str:
     found = shutil.which("ncu") or next((str(p) for p in sorted(Path("/usr/local").glob("cuda*/bin/ncu"))), None)
     if not found:
@@ -132,7 +160,8 @@ def main() -> int:
     ap.add_argument("--run", type=Path, required=True, help="a benchmarks/profile_sm90a.py run directory")
     ap.add_argument("--problem", required=True, help="MxNxK")
     ap.add_argument("--kernel", action="append", default=[],
-                    help="emitted kernel selection matching one built kernel (repeatable)")
+                    help="emitted kernel selection matching one built kernel (repeatable; default: the run's "
+                         "chosen kernel for the problem, from RUN/profile/tuning.json, with its scheduler options)")
     ap.add_argument("--op", choices=sorted(OPS), default="bf16-tn")
     ap.add_argument("--out", type=Path, help="output directory (default RUN/ncu/<problem>)")
     ap.add_argument("--skip", type=int, default=20, help="launches before the profiled one")
@@ -157,14 +186,26 @@ def main() -> int:
         record["sides"].append({"side": "cuBLAS", "kernel": launches[-1]["kernel"], "metrics": sides[-1][1]})
     a = {"bf16": "bf16", "f16": "f16", "e4m3": "e4m3"}[args.op.split("-")[0]]
     layout = args.op.split("-")[1]
-    for i, sel in enumerate(args.kernel):
+    chosen = [(sel, 0) for sel in args.kernel]
+    if not chosen:
+        tuning_path = args.run / "profile" / "tuning.json"
+        tuning = json.loads(tuning_path.read_text()) if tuning_path.is_file() else {}
+        chosen = best_kernels(tuning, args.op, args.problem)
+        if not chosen:
+            print(f"no --kernel given and {tuning_path} has no entry for {args.problem} ({args.op}): "
+                  "cuBLAS only", file=sys.stderr)
+    for i, (sel, options) in enumerate(chosen):
         launches = run_ncu(ncu, "emitter_gemm", args.skip,
                            [sys.executable, "-m", "emitter", "profile", str(args.run / "profile.yaml"), "--select",
                             f"{sel} a={a} layout={layout}", "--problem", args.problem, "--quick", "--no-baseline",
-                            "--no-plots", "-o", str(out / f"profile_{i}")], out / f"ncu_kernel{i}.csv", env)
+                            "--options", options_text(options), "--no-plots", "-o", str(out / f"profile_{i}")], out / f"ncu_kernel{i}.csv", env)
         if launches:
             name = launches[-1]["kernel"]
             short = re.sub(r"^emitter_gemm_sm90a_|_kernel.*$", "", name)[:48]
+            if options:
+                from emitter.runtime.options import SchedulerOptions
+
+                short += "@" + SchedulerOptions.decode(options).label().replace(" ", "_")
             sides.append((f"`{short}`", shown(launches[-1])))
             record["sides"].append({"side": sel, "kernel": name, "metrics": sides[-1][1]})
     text = table(sides) if sides else "(no launch was profiled)"

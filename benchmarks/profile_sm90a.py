@@ -415,6 +415,8 @@ def main() -> int:
     ap.add_argument("--no-verify", action="store_true", help="skip `emitter verify --quick` before profiling")
     ap.add_argument("--min-duration-ms", type=float, default=20.0, help="timed launches per repeat (ms)")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--warmup-ms", type=float, default=100.0,
+                    help="GPU time of warm-up launches before each measurement (ms; triton's do_bench uses 25)")
     ap.add_argument("--scheduler", default=None, metavar="YAML",
                     help="run-time scheduler options to time every kernel with too (the profile config's "
                          "`scheduler:`), e.g. '{swizzle: [null, 4], promotion_interval: [null, 8, 16]}'")
@@ -468,13 +470,13 @@ def main() -> int:
         f"manifests: [{json.dumps(str(gen))}]\n"
         f"select:{select_lines}\n"
         + "problems:\n" + "".join(f"  {line}\n" for line in SHAPES[args.shapes])
-        + f"timing: {{warmup: 10, warmup_ms: 100, min_duration_ms: {args.min_duration_ms}, max_iterations: 400, "
+        + f"timing: {{warmup: 10, warmup_ms: {args.warmup_ms:g}, min_duration_ms: {args.min_duration_ms}, max_iterations: 400, "
           f"repeats: {args.repeats}}}\n"
         + "baselines: [cublas]\n"
         + (f"scheduler: {args.scheduler}\n" if args.scheduler else "")
         + f"output: {{dir: {json.dumps(str(out / 'profile'))}}}\n")
     commands.append(f"python3 -m emitter profile profile.yaml -o profile   # profile.yaml: {SHAPES[args.shapes]}, "
-                    f"repeats {args.repeats}, {args.min_duration_ms:g} ms per repeat"
+                    f"repeats {args.repeats}, {args.min_duration_ms:g} ms per repeat, warm-up {args.warmup_ms:g} ms"
                     + (f", scheduler {args.scheduler}" if args.scheduler else ""))
     if args.resume and (out / "run.json").is_file():     # the first sitting's commands and step times
         first = json.loads((out / "run.json").read_text())

@@ -47,3 +47,28 @@ def test_details_page_parses_per_launch_and_tabulates():
     assert "| duration | 27.10 us | 31.50 us |" in t and "| L2 hit rate | - | 80.1 % |" in t
     assert not any(line.startswith("| SM clock") for line in t)     # rows no side has are left out
     assert m.parse_details("==PROF== No kernels were profiled.\n") == []
+
+
+def test_default_kernel_is_the_runs_choice_with_its_options():
+    m = _mod()
+    op_tn = {"a": "bf16", "layout": "tnt", "fast_accum": False}
+    tuning = {"entries": [
+        {"op": op_tn, "problem": {"m": 512, "n": 4096, "k": 4096, "batch": 1}, "kernel": "k_swz", "options": 3},
+        {"op": op_tn, "problem": {"m": 512, "n": 4096, "k": 8192, "batch": 1}, "kernel": "other_k", "options": 0},
+        {"op": {"a": "bf16", "layout": "nnt", "fast_accum": False},
+         "problem": {"m": 512, "n": 4096, "k": 4096, "batch": 1}, "kernel": "k_nn", "options": 0},
+        {"op": {"a": "e4m3", "layout": "tnt", "fast_accum": True},
+         "problem": {"m": 512, "n": 4096, "k": 4096, "batch": 1}, "kernel": "k_fast", "options": 0},
+    ]}
+    assert m.best_kernels(tuning, "bf16-tn", "512x4096x4096") == [("k_swz", 3)]
+    assert m.best_kernels(tuning, "bf16-nn", "512x4096x4096") == [("k_nn", 0)]
+    assert m.best_kernels(tuning, "e4m3-tn-fast", "512x4096x4096") == [("k_fast", 0)]
+    assert m.best_kernels(tuning, "e4m3-tn", "512x4096x4096") == []
+    assert m.best_kernels({}, "bf16-tn", "512x4096x4096") == []
+
+    from emitter.runtime.options import SchedulerOptions
+
+    assert m.options_text(0) == ""
+    opts = SchedulerOptions(swizzle=4, promotion_interval=8).encode()
+    assert m.options_text(opts) == "swizzle=4,promotion_interval=8"
+    assert SchedulerOptions.parse(m.options_text(opts)).encode() == opts   # what `emitter profile --options` reads

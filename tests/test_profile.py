@@ -846,3 +846,24 @@ def test_prune_config_is_checked(value, ok):
         with pytest.raises(SpecError) as e:
             parse_config_text(text, "p.yaml")
         assert "prune" in str(e.value)
+
+
+def test_cli_options_replace_the_scheduler_sweep(manifest_dir, tmp_path):
+    """`emitter profile --options swizzle=4` times every kernel with that one option set and nothing else (the
+    launch ncu_compare profiles is then the one the tuning table chose); a bad value is a clear error."""
+    from emitter.cli import main
+
+    cfg = tmp_path / "p.yaml"
+    cfg.write_text(f"manifests: [{manifest_dir}]\nproblems: [{{square: 1024}}]\n"
+                   "scheduler: {swizzle: [null, 2, 4]}\n"
+                   f"timing: {{iterations: 10, repeats: 2}}\noutput: {{dir: {tmp_path / 'res'}, plots: false}}\n")
+    res = CliRunner().invoke(main, ["profile", str(cfg), "--backend", "fake", "--select", "a=bf16 split_k=none",
+                                    "--no-baseline", "--options", "swizzle=4"])
+    assert res.exit_code == 0, res.output
+    kernels = [m for m in json.loads((tmp_path / "res" / "profile.json").read_text())["measurements"]
+               if m["kind"] == "kernel"]
+    from emitter.runtime.options import SchedulerOptions
+
+    assert len(kernels) == 4 and {m["options"] for m in kernels} == {SchedulerOptions(swizzle=4).encode()}
+    res = CliRunner().invoke(main, ["profile", str(cfg), "--backend", "fake", "--options", "swizzle=3"])
+    assert res.exit_code != 0 and "swizzle=3" in res.output and "Traceback" not in res.output

@@ -52,11 +52,14 @@ def _problems(values: tuple[str, ...]):
                    "take only the missing ones")
 @click.option("--stall-timeout", type=click.FloatRange(1), default=300.0, show_default=True,
               help="seconds without progress before a worker (a hung kernel) is killed and the kernel marked fault")
+@click.option("--options", "options_text", default=None, metavar="TEXT",
+              help="time every kernel with these run-time scheduler options only (e.g. 'swizzle=4,raster=along_n'; "
+                   "'' = compiled-in), in place of the config's scheduler sweep")
 @click.option("--tie-tolerance", type=click.FloatRange(0, 0.5), default=None,
               help="relative floor of the noise used to call kernels tied (default: config, 0.01)")
 def profile_cmd(config: Path | None, out: Path | None, select: tuple[str, ...], exclude: tuple[str, ...],
                 problems: tuple[str, ...], gpus: str | None, backend: str, no_check: bool, no_baseline: bool,
-                quick: bool, all_kernels: bool, no_plots: bool, replay: Path | None, resume: bool, stall_timeout: float, tie_tolerance: float | None) -> None:
+                quick: bool, all_kernels: bool, no_plots: bool, replay: Path | None, resume: bool, stall_timeout: float, options_text: str | None, tie_tolerance: float | None) -> None:
     """Profile the kernels of CONFIG (a profile YAML) against cuBLAS in the same run.
 
     Each kernel is checked for correctness on each problem, then timed with CUDA events (warm-up, median of
@@ -112,6 +115,10 @@ def profile_cmd(config: Path | None, out: Path | None, select: tuple[str, ...], 
     if quick:
         cfg = cfg.replace(timing=Timing(warmup=3, iterations=20, repeats=2, rotate=cfg.timing.rotate,
                                         blocking_kernel=cfg.timing.blocking_kernel))
+    if options_text is not None:
+        from emitter.runtime.options import SchedulerOptions
+
+        cfg = cfg.replace(scheduler=(SchedulerOptions.parse(options_text).encode(),))
     if tie_tolerance is not None:
         cfg = cfg.replace(tie_tolerance=tie_tolerance)
     out_dir = out or Path(cfg.output.dir)
