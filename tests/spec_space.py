@@ -24,6 +24,8 @@ def draw_spec(rng: random.Random, arch: str) -> dict[str, Any]:
             spec["schedule"]["fp8_fast_accum"] = c([False, True])
             if rng.random() < 0.3:   # rejected (promotion-interval-fp8-only) with fast accumulation or cp.async
                 spec["schedule"]["promotion_interval"] = c([4, 8, 12, 16])
+            if rng.random() < 0.3:   # emitter's overlapped promotion: rejected where nothing is promoted,
+                spec["schedule"]["promotion"] = "overlap"   # past 192 registers, or off one k-tile's interval
         spec["stages"] = c(["auto", "auto", 2, 3, 4, 5, 7])
         if rng.random() < 0.15:
             spec["swap_ab"] = True

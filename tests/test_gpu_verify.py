@@ -29,7 +29,8 @@ ARCH_2X = ("sm75", "sm80", "sm86", "sm89")
 
 # Verify-only extras beside configs/gemm: batched, split-K (serial; stream-K on sm90a), column bias, clamp,
 # sigmoid, nt layout, swap_ab with a row bias and batches, sm90a scheduler arguments (nondeterministic split-K
-# reduction, raster, swizzle), an fp8 promotion interval - modes the example configs do not use.
+# reduction, raster, swizzle), an fp8 promotion interval, emitter's overlapped fp8 promotion - modes the
+# example configs do not use.
 EXTRA_SPEC = """\
 kernels:
   - arch: sm80
@@ -86,6 +87,15 @@ kernels:
     tile: 128x128x128
     cluster: 1x2x1
     schedule: {kernel: cooperative, promotion_interval: 8}
+  # fp8 full accumulation with emitter's overlapped promotion (its own mma(), templates/gemm/sm90a/
+  # fp8_overlap.cu.j2), on the stream-K scheduler with serial split-K (partial k-ranges per work unit)
+  - arch: sm90a
+    dtype: {a: e4m3, b: e4m3, c: bf16, d: bf16, accumulator: f32}
+    layout: tn
+    tile: 128x128x128
+    cluster: 1x1x1
+    schedule: {kernel: cooperative, promotion: overlap}
+    split_k: serial
 """
 
 

@@ -66,6 +66,11 @@ def test_which_instances_take_which_options():
     assert "fp8" in unsupported(plain, enc(promotion_interval=8))
     assert unsupported(fp8, enc(promotion_interval=8)) is None
     assert "multiple of the 4" in unsupported(fp8, enc(promotion_interval=6))
+    overlap = _cfg(a="e4m3", b="e4m3", tile=[128, 128, 128], promotion_interval=4, promotion="overlap")
+    assert overlap.promotion_overlap and not fp8.promotion_overlap
+    assert unsupported(overlap, enc(promotion_interval=4)) is None      # its own interval
+    assert "compiled interval" in unsupported(overlap, enc(promotion_interval=8))
+    assert unsupported(overlap, enc(swizzle=4)) is None
     assert "sm90a" in unsupported(_cfg(arch="sm80"), enc(swizzle=2))
     assert "bits 0-15" in unsupported(plain, 1 << 20)
 

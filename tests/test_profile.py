@@ -224,10 +224,13 @@ def test_clear_winner_is_the_fastest():
     assert ch.margin_ms == pytest.approx(0.10, abs=0.01)
 
 
-def test_ties_within_noise_go_to_name_order():
-    # k_z is 0.3% faster than k_a: within the 1% floor, so a tie, and the name order picks k_a
+def test_ties_within_noise_are_reported_and_the_fastest_wins():
+    # k_z is 0.3% faster than k_a: within the 1% floor, so a tie (reported), and the smaller median wins
     ch = choose([meas("k_z", 1.000, seed=1), meas("k_a", 1.003, seed=2), meas("k_m", 1.2, seed=3)], 0.01)
-    assert ch.fastest.name == "k_z" and ch.winner.name == "k_a" and ch.ties == ("k_a", "k_z")
+    assert ch.fastest.name == "k_z" and ch.winner.name == "k_z" and ch.ties == ("k_a", "k_z")
+    # equal medians: name order, whatever order the rows come in
+    same = [meas("k_y", 1.0, 0.0, seed=1), meas("k_b", 1.0, 0.0, seed=2)]
+    assert choose(same).winner.name == choose(same[::-1]).winner.name == "k_b"
     # with no tolerance floor and tiny spread they are told apart
     ch0 = choose([meas("k_z", 1.000, 0.0001, seed=1), meas("k_a", 1.003, 0.0001, seed=2)], 0.0)
     assert ch0.winner.name == "k_z" and ch0.ties == ("k_z",)

@@ -15,7 +15,7 @@ from emitter.dtypes import DType
 from emitter.families.gemm import sm80
 from emitter.families.gemm.model import (
     AUTO, Activation, Arch, Bias, Epilogue, EpilogueSchedule, GemmInstance, KernelSchedule, Layout, OpClass,
-    Raster, Reduction, Rejection, Shape3, SplitK, TileScheduler,
+    Promotion, Raster, Reduction, Rejection, Shape3, SplitK, TileScheduler,
 )
 from emitter.render import banner, render_template
 
@@ -225,6 +225,7 @@ REJECTIONS = [
     (dict(raster=Raster.along_n), "scheduler-3x-only", ["sm90a", "swizzle"]),
     (dict(reduction=Reduction.nondeterministic), "scheduler-3x-only", ["sm90a", "stream-K"]),
     (dict(promotion_interval=8), "promotion-interval-fp8-only", ["sm90a", "remove"]),
+    (dict(promotion=Promotion.overlap), "promotion-overlap-fp8-only", ["sm90a", "remove"]),
     # a K-major operand's tile k beyond one 128-byte shared-memory line (CUTLASS static_assert; seed 700304)
     (dict(tile=S(128, 128, 128), warp=S(64, 64, 128)), "tile-k-crosswise", ["tile k <= 64", "128 bytes"]),
     (dict(arch=Arch.sm89, a=DType.e4m3, b=DType.e4m3, c=DType.bf16, d=DType.bf16, tile=S(128, 128, 64),

@@ -25,7 +25,7 @@ from emitter.dtypes import DType as T
 from emitter.families.gemm import sm90a
 from emitter.families.gemm.model import (
     AUTO, Activation, Arch, Bias, Epilogue, EpilogueSchedule, GemmInstance, KernelSchedule, Layout, OpClass,
-    Raster, Reduction, Rejection, Shape3, SplitK, TileScheduler,
+    Promotion, Raster, Reduction, Rejection, Shape3, SplitK, TileScheduler,
 )
 from emitter.families.gemm.naming import instance_name
 from emitter.render import render_template
@@ -40,7 +40,8 @@ def make(a=T.bf16, b=None, c=None, d=None, acc=T.f32, compute=None, layout="tnt"
          scheduler=TileScheduler.persistent, align=(AUTO, AUTO, AUTO), activation=Activation.identity,
          bias=Bias.none, clamp=(0.0, 6.0), split_k=SplitK.none, batched=False, instruction=None,
          op_class=OpClass.tensorop, warp=None, fast_accum=False, swap_ab=False, swizzle=1,
-         raster=Raster.heuristic, reduction=Reduction.deterministic, promotion=AUTO) -> GemmInstance:
+         raster=Raster.heuristic, reduction=Reduction.deterministic, promotion=AUTO,
+         promotion_mode=Promotion.serial) -> GemmInstance:
     """A candidate sm90a instance with every field explicit (defaults: bf16 TN 128x256x64, cluster 2x1x1)."""
     b = b or a
     d = d or c or a
@@ -58,7 +59,7 @@ def make(a=T.bf16, b=None, c=None, d=None, acc=T.f32, compute=None, layout="tnt"
         alignment_a=align[0], alignment_b=align[1], alignment_c=align[2],
         epilogue=Epilogue(activation, bias, clamp[0], clamp[1]), split_k=split_k, batched=batched,
         fp8_fast_accum=fast_accum, swap_ab=swap_ab, raster=raster, reduction=reduction,
-        promotion_interval=promotion)
+        promotion_interval=promotion, promotion=promotion_mode)
 
 
 def ok(inst: GemmInstance) -> GemmInstance:
@@ -304,6 +305,19 @@ REJECTED = [
                                          fast_accum=True, promotion=8)),
     ("promotion-interval-fp8-only", dict(a=T.e4m3, d=T.bf16, tile=(128, 128, 128), cluster=(1, 1, 1),
                                          align=(8, 8, 8), promotion=8)),
+    # emitter's overlapped fp8 promotion: only where something is promoted, three accumulator sets in
+    # registers, and once per k-tile
+    ("promotion-overlap-fp8-only", dict(promotion_mode=Promotion.overlap)),
+    ("promotion-overlap-fp8-only", dict(a=T.e4m3, d=T.bf16, tile=(128, 128, 128), cluster=(1, 2, 1),
+                                        fast_accum=True, promotion_mode=Promotion.overlap)),
+    ("fp8-overlap-registers", dict(a=T.e4m3, d=T.bf16, tile=(128, 256, 128), cluster=(2, 1, 1),
+                                   kernel=KernelSchedule.cooperative, promotion_mode=Promotion.overlap)),
+    ("fp8-overlap-registers", dict(a=T.e4m3, d=T.bf16, tile=(128, 128, 128), cluster=(1, 1, 1),
+                                   kernel=KernelSchedule.pingpong, promotion_mode=Promotion.overlap)),
+    ("fp8-overlap-interval", dict(a=T.e4m3, d=T.bf16, tile=(128, 128, 64), cluster=(1, 1, 1),
+                                  kernel=KernelSchedule.cooperative, promotion_mode=Promotion.overlap)),
+    ("fp8-overlap-interval", dict(a=T.e4m3, d=T.bf16, tile=(128, 128, 128), cluster=(1, 1, 1), promotion=8,
+                                  kernel=KernelSchedule.cooperative, promotion_mode=Promotion.overlap)),
 ]
 
 
@@ -649,6 +663,11 @@ COMPILED = {  # the representative instances of the brief
     # fp8 full accumulation, promoting every 8 k-steps (the shim sets the mainloop's mma_promotion_interval)
     "e4m3_to_bf16_promo8": dict(a=T.e4m3, b=T.e4m3, c=T.bf16, d=T.bf16, tile=(128, 128, 128), cluster=(1, 2, 1),
                                 promotion=8),
+    # fp8 full accumulation with emitter's overlapped promotion (templates/gemm/sm90a/fp8_overlap.cu.j2), on the
+    # stream-K scheduler as well (split-K units): ptxas must not serialize its wgmma
+    "e4m3_overlap_split_k": dict(a=T.e4m3, b=T.e4m3, c=T.bf16, d=T.bf16, tile=(128, 128, 128), cluster=(1, 1, 1),
+                                 kernel=KernelSchedule.cooperative, promotion_mode=Promotion.overlap,
+                                 split_k=SplitK.serial),
     "stream_k_split_k_serial": dict(tile=(128, 128, 64), split_k=SplitK.serial),
     "bias_relu": dict(tile=(128, 256, 64), activation=Activation.relu, bias=Bias.column),
     "batched": dict(tile=(128, 128, 64), batched=True, scheduler=TileScheduler.stream_k, d=T.f32, c=T.f32),
@@ -804,6 +823,27 @@ def test_fp8_promotion_interval_resolves_renders_and_names():
     r = sm90a.resolve(make(**{**fp8, "tile": (128, 128, 64)}, promotion=3))
     assert isinstance(r, Rejection) and r.rule == "fp8-promotion-interval"
     assert "promotion_interval: 2" in r.reason and "tile k=96" in r.reason
+
+
+def test_fp8_overlapped_promotion_resolves_renders_and_names():
+    fp8 = dict(a=T.e4m3, d=T.bf16, tile=(128, 128, 128), cluster=(1, 2, 1), kernel=KernelSchedule.cooperative)
+    base = ok(make(**fp8))
+    ovl = ok(make(**fp8, promotion_mode=Promotion.overlap))
+    assert ovl.promotion_interval == 4 and ovl.config()["promotion"] == "overlap"
+    assert instance_name(ovl) == instance_name(base).replace("_persistent_", "_persistent_promoovl_")
+    text = render(ovl, "ovl")
+    assert "struct CollectiveMma<emitter_fp8::MainloopSm90Fp8OverlappedPromotion" in text
+    assert "emitter_fp8::MainloopSm90Fp8OverlappedPromotion<BuiltMainloop::DispatchPolicy::Stages" in text
+    assert "warpgroup_wait<1>();" in text and "accum(i) += acc(i);" in text
+    # a run-time promotion interval other than the compiled one is refused (the collective promotes per k-tile)
+    assert "if (promotion && promotion != 4) return EMITTER_CANNOT_IMPLEMENT;" in text
+    plain = render(base, "plain")
+    assert "MainloopSm90Fp8OverlappedPromotion" not in plain and "BuiltMainloop" not in plain
+    assert ok(make(**{**fp8, "tile": (64, 128, 128), "kernel": KernelSchedule.pingpong, "cluster": (1, 1, 1)},
+                   promotion_mode=Promotion.overlap)).promotion is Promotion.overlap
+    # a 64-deep k-tile is 2 k-steps: overlap needs promotion_interval 2 there
+    assert ok(make(**{**fp8, "tile": (128, 128, 64)}, promotion=2,
+                   promotion_mode=Promotion.overlap)).promotion_interval == 2
 
 
 def test_run_time_scheduler_options_render_per_kernel():

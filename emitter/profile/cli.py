@@ -64,7 +64,7 @@ def profile_cmd(config: Path | None, out: Path | None, select: tuple[str, ...], 
 
     Each kernel is checked for correctness on each problem, then timed with CUDA events (warm-up, median of
     many launches, inputs rotated past L2). The best kernel per problem is chosen stably (ties within the
-    measured noise are reported, and name order breaks them). Writes profile.csv, profile.json, tuning.json
+    measured noise are reported; the smallest median wins). Writes profile.csv, profile.json, tuning.json
     and plots/ under -o; prints the table.
 
     \b

@@ -45,6 +45,7 @@ class GemmConfig:
     swap_ab: bool = False          # sm90a: the kernel computes D^T = B^T A^T; `tile` is over (N, M, K)
     stream_k: bool = False         # sm90a: on the stream-K scheduler (stream-K or serial split-K): has a reduction
     promotion_interval: int = 0    # sm90a fp8 full accumulation: k-steps between promotions (0: no promotion)
+    promotion_overlap: bool = False  # ... by emitter's overlapped collective (its compiled interval only)
 
     @property
     def problem_tile(self) -> tuple[int, int, int]:
@@ -110,6 +111,7 @@ class GemmConfig:
             swap_ab=bool(cfg.get("swap_ab", False)),
             stream_k=cfg.get("tile_scheduler") == "stream_k" or cfg.get("split_k") == "serial",
             promotion_interval=int(cfg.get("promotion_interval") or 0),
+            promotion_overlap=cfg.get("promotion") == "overlap",
         )
 
 

@@ -140,6 +140,9 @@ def unsupported(cfg: Any, options: int) -> str | None:
         interval = getattr(cfg, "promotion_interval", 0)
         if not interval:
             return "promotion_interval needs an fp8 full-accumulation instance (nothing is promoted here)"
+        if getattr(cfg, "promotion_overlap", False) and o.promotion_interval != interval:
+            return (f"promotion_interval={o.promotion_interval}: the overlapped-promotion mainloop promotes once per "
+                    f"k-tile, at its compiled interval ({interval})")
         tile_k = cfg.tile[2]
         steps = max(tile_k // FP8_K_STEP_BYTES, 1)
         if o.promotion_interval % steps:

@@ -108,6 +108,14 @@ class Reduction(Enum):  # CUTLASS 3.x stream-K / split-K only: how the partial t
         return self.value
 
 
+class Promotion(Enum):  # CUTLASS 3.x fp8 full accumulation: how partial sums reach the f32 accumulators
+    serial = "serial"     # CUTLASS's: wait for every wgmma in flight, then add (the tensor cores idle meanwhile)
+    overlap = "overlap"   # emitter's: two sets of tensor-core accumulators, one added while the other runs
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class Activation(Enum):
     identity = "identity"
     relu = "relu"
@@ -210,6 +218,11 @@ class GemmInstance:
     # Arguments::mma_promotion_interval). AUTO (0) until resolved: then CUTLASS's 4 on that mainloop, and it
     # stays AUTO everywhere else (no promotion to time).
     promotion_interval: int = AUTO
+    # ... and how the promotion runs: CUTLASS's mainloop drains the wgmma pipe before each promotion
+    # (`serial`); `overlap` is emitter's collective (templates/gemm/sm90a/fp8_overlap.cu.j2), which adds one
+    # set of tensor-core accumulators into f32 while the next interval's wgmma run into another set (same
+    # numerics, one more accumulator set in registers).
+    promotion: Promotion = Promotion.serial
     # where it came from (not part of identity)
     spec_file: str = field(default="", compare=False)
     spec_index: int = field(default=0, compare=False)

@@ -1,7 +1,7 @@
 """One deterministic, readable name per resolved GEMM instance: file name, C symbol, manifest key.
 
 gemm_<arch>_<a><b>_<c><d>_acc<acc>[_ep<compute>]_<la><lb><lc>_<tile>_<w..|c..>_i<instr>_s<stages>
-    [_<schedule>[_fastacc]_<epilogue schedule>_<tile scheduler>[_swz<N>][_raster<m|n>][_nondet][_promo<N>]] [_swz<N>]
+    [_<schedule>[_fastacc]_<epilogue schedule>_<tile scheduler>[_swz<N>][_raster<m|n>][_nondet][_promo<N>][_promoovl]] [_swz<N>]
     [_swapab] _al<a>x<b>x<c>
     _<activation>[_bias<row|col>] [_splitk<serial|parallel>] [_batched] [_simt]
 Every configuration field appears (or is at its stated default), so different configs get different names.
@@ -13,7 +13,7 @@ the fp8 promotion interval other than CUTLASS's 4.
 from __future__ import annotations
 
 from emitter.families.gemm.model import (
-    Activation, Bias, EpilogueSchedule, GemmInstance, KernelSchedule, OpClass, Raster, Reduction, SplitK,
+    Activation, Bias, EpilogueSchedule, GemmInstance, KernelSchedule, OpClass, Promotion, Raster, Reduction, SplitK,
     TileScheduler,
 )
 
@@ -57,6 +57,8 @@ def instance_name(inst: GemmInstance) -> str:
         parts.append("nondet")
     if inst.promotion_interval not in (0, 4):   # fp8 full accumulation, other than CUTLASS's 4 (sm90a only)
         parts.append(f"promo{inst.promotion_interval}")
+    if inst.promotion is Promotion.overlap:     # emitter's overlapped fp8 promotion (sm90a only)
+        parts.append("promoovl")
     if inst.swap_ab:   # rejected on 2.x; named there too, like fastacc
         parts.append("swapab")
     parts.append(f"al{inst.alignment_a}x{inst.alignment_b}x{inst.alignment_c}")

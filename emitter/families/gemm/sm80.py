@@ -32,7 +32,7 @@ from typing import Any
 from emitter.dtypes import DType
 from emitter.families.gemm.model import (
     AUTO, Activation, Arch, Bias, EpilogueSchedule, GemmInstance, KernelSchedule, Layout, OpClass,
-    Raster, Reduction, Rejection, Shape3, SplitK, TileScheduler,
+    Promotion, Raster, Reduction, Rejection, Shape3, SplitK, TileScheduler,
 )
 
 ARCHES: tuple[Arch, ...] = (Arch.sm75, Arch.sm80, Arch.sm86, Arch.sm89)
@@ -361,6 +361,10 @@ def resolve(inst: GemmInstance) -> GemmInstance | Rejection:
                        f"promotion_interval={inst.promotion_interval} is an argument of CUTLASS 3.x's (sm90a) fp8 "
                        f"mainloop (how often partial sums are promoted into f32): remove it for {arch}, or use "
                        f"arch sm90a with e4m3/e5m2 inputs")
+    if inst.promotion is not Promotion.serial:
+        return _reject(inst, "promotion-overlap-fp8-only",
+                       f"promotion: {inst.promotion} is emitter's fp8 mainloop for CUTLASS 3.x (sm90a): remove it "
+                       f"for {arch}, or use arch sm90a with e4m3/e5m2 inputs")
     if inst.swap_ab:
         return _reject(inst, "swap-ab-3x-only", f"swap_ab is a CUTLASS 3.x (sm90a) option of emitter's host shim: "
                                                 f"remove it for {arch} (CUTLASS 2.x's GemmUniversal already "

@@ -23,7 +23,7 @@ from typing import Any
 from emitter.dtypes import DType
 from emitter.families.gemm.model import (
     AUTO, Activation, Arch, Bias, EpilogueSchedule, GemmInstance, KernelSchedule, Layout, OpClass,
-    Raster, Reduction, Rejection, Shape3, SplitK, TileScheduler,
+    Promotion, Raster, Reduction, Rejection, Shape3, SplitK, TileScheduler,
 )
 
 ARCHES = (Arch.sm90a,)
@@ -58,6 +58,7 @@ _ACTIVATION_CPP = {
 # --------------------------------------------------------------------------------------------------
 
 MAX_ACCUMULATOR_REGISTERS = 128  # per consumer thread (32-bit accumulators)
+FP8_OVERLAP_REGISTERS = 192     # three accumulator sets (f32 + two tensor-core sets) per consumer thread
 FP8_PROMOTION_INTERVAL = 4      # CollectiveMma<MainloopSm90TmaGmmaWarpSpecializedFP8>::Arguments::mma_promotion_interval
 RMEM_A_REGISTERS = 160           # accumulators + A fragments a thread, register-sourced A (tf32 M-major)
 
@@ -409,6 +410,12 @@ def _resolve_promotion(inst: GemmInstance) -> GemmInstance:
     (GmmaFP8Accumulation; each promotion first waits for every wgmma in flight). CUTLASS's default is 4;
     a longer interval waits less often and keeps more k-steps in the tensor core's narrower adder."""
     promoting = _fp8_promoting(inst)
+    if inst.promotion is Promotion.overlap and not promoting:
+        why = ("fp8_fast_accum accumulates the whole K loop in the tensor core (nothing is promoted)"
+               if inst.fp8_fast_accum else
+               f"a={inst.a}, b={inst.b} with alignment {inst.alignment_a}/{inst.alignment_b}: only the fp8 TMA "
+               "mainloop with full accumulation (fp8 A and B, 16-byte alignment, no fp8_fast_accum) promotes")
+        _fail("promotion-overlap-fp8-only", f"promotion: overlap: {why}; remove `promotion`")
     if inst.promotion_interval != AUTO and not promoting:
         why = ("fp8_fast_accum accumulates the whole K loop in the tensor core (nothing is promoted)"
                if inst.fp8_fast_accum else
@@ -432,6 +439,13 @@ def _resolve_promotion(inst: GemmInstance) -> GemmInstance:
               f"interval that is not a multiple of one k-block's k-steps; use tile k={interval * ik} or a "
               f"divisor of it, or promotion_interval: {steps} (or a multiple), or fp8_fast_accum: true "
               "(no promotion)")
+    if inst.promotion is Promotion.overlap and interval != steps:
+        # emitter's overlapped collective promotes one set of accumulators per k-tile
+        _fail("fp8-overlap-interval",
+              f"promotion: overlap promotes once per k-tile: tile k={inst.tile.k} is {steps} wgmma k-steps of "
+              f"{ik}, and promotion_interval is {interval}"
+              f"{' (CUTLASS' + chr(39) + 's default)' if not inst.promotion_interval else ''}; use tile "
+              f"k={interval * ik}, or promotion_interval: {steps} (promotes more often than CUTLASS's default)")
     return inst.replace(promotion_interval=interval)
 
 
@@ -500,6 +514,13 @@ def _resolve_schedules(inst: GemmInstance) -> GemmInstance:
               f"registers per thread (more than {limit}): ptxas would serialize the wgmma "
               "pipeline; use a smaller tile (cooperative up to 128x256 or 256x128, ping-pong up to 64x256 or "
               "128x128)")
+    if inst.promotion is Promotion.overlap and 3 * acc_regs > FP8_OVERLAP_REGISTERS:
+        # emitter's overlapped promotion holds the f32 accumulators and two tensor-core sets (3 x acc_regs)
+        _fail("fp8-overlap-registers",
+              f"promotion: overlap holds three accumulator sets: tile {inst.tile.m}x{inst.tile.n} with the "
+              f"{schedule} schedule is {acc_regs} registers a set, {3 * acc_regs} a thread (more than "
+              f"{FP8_OVERLAP_REGISTERS}); use cooperative 128x128 or ping-pong 64x128 (64 a set), or "
+              "promotion: serial")
     # 32-bit (tf32) A in M-major order (layout n*, B K-major) is read by the register-sourced mainloop, which
     # holds a stage of A's fragments (tile m x tile k over the consumer threads) in registers besides the
     # accumulators. Checked with nvcc 13.0: f32 nn 256x64x64 ping-pong (128 + 128 registers) serializes its
@@ -705,7 +726,9 @@ def template_context(inst: GemmInstance) -> dict[str, Any]:
     else:  # integer epilogue: alpha/beta are rounded to the nearest integer
         scalar = "static_cast<ElementCompute>(std::lrint(p->{0}))"
     mainloop_kind = ("cp.async (alignment below 16 bytes)" if cp_async else "TMA") + (
-        ", fp8 fast accumulation (no f32 promotion)" if inst.fp8_fast_accum else "") + (
+        ", fp8 fast accumulation (no f32 promotion)" if inst.fp8_fast_accum else
+        ", fp8 promotion overlapped with the next wgmma (emitter's collective)"
+        if inst.promotion is Promotion.overlap else "") + (
         ", A and B swapped (D^T = B^T A^T)" if _builder_swaps_ab(inst) else
         ", B transposed in shared memory" if _transpose_b(inst) else
         ", A through registers" if not _is_16bit(inst) and not _k_major_a(inst) else "")
@@ -750,6 +773,7 @@ def template_context(inst: GemmInstance) -> dict[str, Any]:
         "reduction_nondeterministic": inst.reduction is Reduction.nondeterministic,
         # fp8 full accumulation: k-steps between promotions into f32 (AUTO: no promoting mainloop)
         "promotion_interval": inst.promotion_interval,
+        "fp8_overlap": inst.promotion is Promotion.overlap,
         "batched": inst.batched,
         "swap_ab": False,
         "tma_epilogue": tma_epi,

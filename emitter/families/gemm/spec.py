@@ -15,7 +15,7 @@ from emitter.dtypes import DTYPE_ALIASES, DType
 from emitter.errors import SpecError
 from emitter.families.gemm.model import (
     AUTO, Activation, Arch, Bias, Epilogue, EpilogueSchedule, GemmInstance, KernelSchedule, Layout,
-    OpClass, Raster, Reduction, Shape3, SplitK, TileScheduler,
+    OpClass, Promotion, Raster, Reduction, Shape3, SplitK, TileScheduler,
 )
 from emitter.spec.loader import Document, KeyPath
 
@@ -76,6 +76,7 @@ _bias = _enum(Bias, {"per_row": "row", "per_column": "column", "col": "column", 
 _split_k = _enum(SplitK, {"no": "none", "off": "none"})
 _raster = _enum(Raster, {"auto": "heuristic", "m": "along_m", "n": "along_n", "alongm": "along_m",
                          "alongn": "along_n"})
+_promotion = _enum(Promotion, {"overlapped": "overlap", "default": "serial"})
 _reduction = _enum(Reduction, {"nondet": "nondeterministic", "non_deterministic": "nondeterministic",
                                "det": "deterministic"})
 
@@ -240,6 +241,7 @@ _SCHEDULE_KEYS = {
     "fp8_fast_accum": _leaf("fp8_fast_accum", _bool),
     "reduction": _leaf("reduction", _reduction),
     "promotion_interval": _leaf("promotion_interval", _int(1, 64, auto=True)),
+    "promotion": _leaf("promotion", _promotion),
 }
 _ALIGN = _int(1, 16, auto=True, choices=(1, 2, 4, 8, 16))
 _ALIGNMENT_KEYS = {"a": _leaf("alignment_a", _ALIGN), "b": _leaf("alignment_b", _ALIGN), "c": _leaf("alignment_c", _ALIGN)}
@@ -355,6 +357,7 @@ def _build(point: Assign) -> GemmInstance:
         raster=point.get("raster", Raster.heuristic),
         reduction=point.get("reduction", Reduction.deterministic),
         promotion_interval=point.get("promotion_interval", AUTO),
+        promotion=point.get("promotion", Promotion.serial),
     )
 
 
