@@ -50,7 +50,7 @@ bench-gpu-explore:       # on the GPU machine: bench-gpu plus the candidates of 
 	python3 benchmarks/profile_sm90a.py --out results/sm90a-explore --shapes all \
 	  --specs configs/gemm/sm90a_bf16.yaml --specs configs/gemm/sm90a_fp8.yaml \
 	  --specs configs/tuning/sm90a_candidates.yaml --specs configs/tuning/sm90a_explore.yaml \
-	  --scheduler '{swizzle: [null, 4], promotion_interval: [null, 8]}'
+	  --scheduler '{swizzle: [null, 4, 8], raster: [null, along_m, along_n]}'
 
 perf-doc: install        # no GPU: docs/performance.md from the run records in docs/perf/runs (oldest first), then RUN=<run dir> if given
 	$(BIN)/python benchmarks/profile_sm90a.py $(foreach r,$(sort $(filter-out %.tuning.json,$(wildcard docs/perf/runs/*.json))) $(RUN),--report-only $(r)) --doc docs/performance.md
