@@ -313,7 +313,8 @@ def markdown(summary: dict, plots: list[str], notes: str) -> str:
            "in docs/perf/runs/, oldest first) or `make perf-doc RUN=<run dir>`.",
            "",
            "Ratio = cuBLAS time / emitted kernel time for the best emitted kernel of the shape (the profiler's "
-           "stable winner: fastest median, ties within noise broken by name), both measured in the same process "
+           "winner: the smallest median; `tie` marks a shape where other kernels were within the measured noise of "
+           "it; runs before 2026-11-23b broke such ties by name), both measured in the same process "
            "on the same buffers (rotated past L2), CUDA events, median of repeats. Each kernel was checked against "
            "a reference on that very problem before its time counted. Baselines: " + "; ".join(summary["baselines"])]
     if several:
