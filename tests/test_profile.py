@@ -482,10 +482,11 @@ def test_plan_selects_and_resolves_manifests_beside_the_config(manifest_dir, tmp
     cfg_path.write_text(f"manifests: [{manifest_dir.name}]\nselect: a=e4m3 fp8_fast_accum=false swap_ab=false swizzle=1\n"
                         "problems: [{square: 1024}]\n")
     pl = plan(load_config(cfg_path), cwd=tmp_path)      # not under cwd: found beside the config
-    assert {i["entry"]["config"]["a"] for i in pl.instances} == {"e4m3"} and len(pl.instances) == 2
+    # the fp8 full-accumulation kernels that are not decode kernels: cooperative 1x2 / 2x1, split-K, ping-pong
+    assert {i["entry"]["config"]["a"] for i in pl.instances} == {"e4m3"} and len(pl.instances) == 4
     assert not any(i["entry"]["config"]["fp8_fast_accum"] for i in pl.instances)
     pl2 = plan(load_config(cfg_path), exclude=("pingpong",), cwd=tmp_path)
-    assert len(pl2.instances) == 1
+    assert len(pl2.instances) == 3
     from emitter.profile.runner import ProfileError
 
     with pytest.raises(ProfileError, match="keeps none"):
@@ -502,7 +503,8 @@ def test_fake_run_in_process(manifest_dir, tmp_path):
     pl = plan(cfg)
     outcome = run(cfg, pl, tmp_path, [0], backend="fake", isolate=False)
     kernels = [m for m in outcome.measurements if m.kind == "kernel"]
-    assert len(kernels) == len(pl.instances) * 2 and all(m.ok for m in kernels)
+    # each kernel on both problems; split-K kernels at more slice counts too where the tiles leave SMs idle
+    assert len([m for m in kernels if m.split_k == 1]) == len(pl.instances) * 2 and all(m.ok for m in kernels)
     assert all(m.check["passed"] and "emitter.verify" in m.check["reference"] for m in kernels)
     # bf16, fp8 and fp8 fast-accumulation ops (its own op: its own baseline and winner)
     assert len([m for m in outcome.measurements if m.kind == "baseline"]) == 3 * 2
@@ -522,7 +524,7 @@ def test_scheduler_options_are_swept_per_kernel_and_reach_the_tuning_table(manif
     cfg = _fake_config(manifest_dir, "scheduler: {swizzle: 4, reduction: [deterministic, nondeterministic], "
                                      "promotion_interval: [null, 8]}\n")
     assert cfg.scheduler[0] == 0 and len(cfg.scheduler) == 5
-    pl = plan(cfg, select=("split_k=none swap_ab=false",))
+    pl = plan(cfg, select=("split_k=none",))   # decode (swap_ab) fp8 kernels promote the CUTLASS way
     outcome = run(cfg, pl, tmp_path, [0], backend="fake", isolate=False)
     got: dict[str, set[str]] = {}
     for m in outcome.measurements:
@@ -536,7 +538,7 @@ def test_scheduler_options_are_swept_per_kernel_and_reach_the_tuning_table(manif
         want = {"", "swz4 det"}
         if n in streamk:
             want.add("swz4 nondet")
-        if n in fp8_full:
+        if n in fp8_full and "_promoovl_" not in n:   # the overlapped promotion runs at its own interval only
             want.add("swz4 det promo8")
         assert labels == want, (n, labels)
     r = rep.build(outcome.measurements, outcome.envs, cfg)

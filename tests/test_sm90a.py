@@ -734,7 +734,10 @@ def test_representative_instance_compiles(tmp_path, label):
     nondet = opts(SchedulerOptions(reduction="nondeterministic").encode())
     assert nondet in (0, 4) if inst.tile_scheduler is TileScheduler.stream_k else nondet == 1
     promo8, promo6 = (opts(SchedulerOptions(promotion_interval=v).encode()) for v in (8, 6))
-    if inst.promotion_interval:      # CUTLASS's can_implement wants a multiple of the k-block's 4 k-steps
+    if inst.promotion is Promotion.overlap:   # the overlapped promotion runs at its compiled interval only
+        assert promo8 == 1 and promo6 == 1
+        assert opts(SchedulerOptions(promotion_interval=inst.promotion_interval).encode()) in (0, 4)
+    elif inst.promotion_interval:    # CUTLASS's can_implement wants a multiple of the k-block's 4 k-steps
         assert promo8 in (0, 4) and promo6 == 1
     else:
         assert promo8 == 1 and promo6 == 1
