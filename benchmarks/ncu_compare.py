@@ -125,13 +125,9 @@ def best_kernels(tuning: dict, op: str, problem: str) -> list[tuple[str, int]]:
 def options_text(options: int) -> str:
     """`emitter profile --options` text for an options encoding ('' = the compiled-in choices), so that the
     profiled launch is the one the tuning table chose."""
-    if not options:
-        return ""
     from emitter.runtime.options import SchedulerOptions
 
-    o = SchedulerOptions.decode(options)
-    fields = {k: getattr(o, k) for k in ("swizzle", "raster", "reduction", "promotion_interval")}
-    return ",".join(f"{k}={v}" for k, v in fields.items() if v is not None)
+    return SchedulerOptions.decode(options).text()
 
 
 def _ncu() -> str:

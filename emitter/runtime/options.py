@@ -109,6 +109,13 @@ class SchedulerOptions:
                                    "promotion_interval=N")
         return cls(**kw)
 
+    def text(self) -> str:
+        """The `parse` form (`swizzle=4,raster=along_n`; empty for no options): what `emitter verify --scheduler`
+        and `emitter profile --options` read."""
+        fields = (("swizzle", self.swizzle), ("raster", self.raster), ("reduction", self.reduction),
+                  ("promotion_interval", self.promotion_interval))
+        return ",".join(f"{k}={v}" for k, v in fields if v is not None)
+
     def label(self) -> str:
         """Name tokens, as in instance names (`swz4 rastern nondet promo8`); empty for no options."""
         parts = []

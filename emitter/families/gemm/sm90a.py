@@ -410,17 +410,13 @@ def _resolve_promotion(inst: GemmInstance) -> GemmInstance:
     (GmmaFP8Accumulation; each promotion first waits for every wgmma in flight). CUTLASS's default is 4;
     a longer interval waits less often and keeps more k-steps in the tensor core's narrower adder."""
     promoting = _fp8_promoting(inst)
-    if inst.promotion is Promotion.overlap and not promoting:
-        why = ("fp8_fast_accum accumulates the whole K loop in the tensor core (nothing is promoted)"
-               if inst.fp8_fast_accum else
-               f"a={inst.a}, b={inst.b} with alignment {inst.alignment_a}/{inst.alignment_b}: only the fp8 TMA "
-               "mainloop with full accumulation (fp8 A and B, 16-byte alignment, no fp8_fast_accum) promotes")
-        _fail("promotion-overlap-fp8-only", f"promotion: overlap: {why}; remove `promotion`")
-    if inst.promotion_interval != AUTO and not promoting:
+    if not promoting and (inst.promotion is Promotion.overlap or inst.promotion_interval != AUTO):
         why = ("fp8_fast_accum accumulates the whole K loop in the tensor core (nothing is promoted)"
                if inst.fp8_fast_accum else
                f"a={inst.a}, b={inst.b} with alignment {inst.alignment_a}/{inst.alignment_b}: only CUTLASS's fp8 "
                "TMA mainloop (fp8 A and B, 16-byte alignment, no fp8_fast_accum) promotes partial sums")
+        if inst.promotion is Promotion.overlap:
+            _fail("promotion-overlap-fp8-only", f"promotion: overlap: {why}; remove `promotion`")
         _fail("promotion-interval-fp8-only",
               f"promotion_interval={inst.promotion_interval}: {why}; remove promotion_interval")
     if not promoting:
