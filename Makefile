@@ -46,15 +46,14 @@ bench: install           # emit speed (10,000 instances) and build overhead agai
 bench-gpu:               # on the GPU machine: build, verify and profile the sm90a configs vs cuBLAS (issue 6)
 	python3 benchmarks/profile_sm90a.py --out results/sm90a --shapes all --doc docs/performance.md
 
-# bench-gpu-explore times every kernel at run-time swizzle 1 / 4 / 8 (~5.7k timings, ~13 min of profiling on an
-# H200). Raster too is best swept on the square + M >= 2048 shapes only (all shapes x 9 variants is ~17k
-# timings, ~40 min): python3 benchmarks/profile_sm90a.py --shapes large --specs <the four above> \
-#   --scheduler '{swizzle: [null, 4, 8], raster: [null, along_m, along_n]}'
+# bench-gpu-explore times every kernel on every shape at its compiled-in scheduler, then the 3 fastest of each
+# shape again at run-time swizzle 1/4/8 x raster heuristic/along M/along N (scheduler `top: 3`): ~5.9k timings,
+# counted with the fake backend (every variant on every kernel would be ~16.5k).
 bench-gpu-explore:       # on the GPU machine: bench-gpu plus the candidates of configs/tuning/sm90a_explore.yaml, every shape
 	python3 benchmarks/profile_sm90a.py --out results/sm90a-explore --shapes all \
 	  --specs configs/gemm/sm90a_bf16.yaml --specs configs/gemm/sm90a_fp8.yaml \
 	  --specs configs/tuning/sm90a_candidates.yaml --specs configs/tuning/sm90a_explore.yaml \
-	  --scheduler '{swizzle: [null, 4, 8]}'
+	  --scheduler '{swizzle: [null, 4, 8], raster: [null, along_m, along_n], top: 3}'
 
 perf-doc: install        # no GPU: docs/performance.md from the run records in docs/perf/runs (oldest first), then RUN=<run dir> if given
 	$(BIN)/python benchmarks/profile_sm90a.py $(foreach r,$(sort $(filter-out %.tuning.json,$(wildcard docs/perf/runs/*.json))) $(RUN),--report-only $(r)) --doc docs/performance.md

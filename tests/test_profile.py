@@ -549,11 +549,72 @@ def test_scheduler_options_are_swept_per_kernel_and_reach_the_tuning_table(manif
     assert "swz4 det promo8" in csv_text and "scheduler" in csv_text.splitlines()[0].split(",")
 
 
+def test_scheduler_top_times_the_variants_on_the_fastest_kernels_only(manifest_dir, tmp_path):
+    """`scheduler: {..., top: K}`: every kernel is timed at its compiled-in choices (each split-K count); the
+    other variants only on the K kernels of each (op, problem) with the smallest median there, at that
+    kernel's best split count. The variants then compete in the selection like any other measurement."""
+    cfg = _fake_config(manifest_dir, "scheduler: {swizzle: [null, 2, 4], top: 2}\n")
+    assert cfg.scheduler_top == 2 and len(cfg.scheduler) == 3
+    assert ProfileConfig.from_json(json.loads(json.dumps(cfg.to_json()))).scheduler_top == 2
+    pl = plan(cfg)
+    outcome = run(cfg, pl, tmp_path, [0], backend="fake", isolate=False)
+    kernels = [m for m in outcome.measurements if m.kind == "kernel"]
+    assert all(m.ok for m in kernels)
+    groups: dict[tuple[str, str], list] = {}
+    for m in kernels:
+        groups.setdefault((m.op.key, m.problem.key), []).append(m)
+    assert len(groups) == 6
+    for key, ms in groups.items():
+        base = [m for m in ms if m.options == 0]
+        assert {m.name for m in base} == {m.name for m in ms}          # every kernel had its first pass
+        best: dict[str, tuple[float, int]] = {}
+        for m in base:
+            if m.stats.median_ms < best.get(m.name, (float("inf"), 0))[0]:
+                best[m.name] = (m.stats.median_ms, m.split_k)
+        want = sorted(best, key=lambda n: (best[n][0], n))[:2]
+        swept = [m for m in ms if m.options]
+        assert {m.name for m in swept} == set(want), key
+        for m in swept:
+            assert m.split_k == best[m.name][1]
+        assert {(m.name, m.options) for m in swept} == {(n, o) for n in want for o in cfg.scheduler[1:]}
+    # the same sweep without `top` times every variant on every kernel
+    full = run(cfg.replace(scheduler_top=0), pl, tmp_path / "full", [0], backend="fake", isolate=False)
+    assert sum(m.kind == "kernel" for m in full.measurements) > len(kernels)
+
+
+def test_scheduler_top_resumes_mid_second_pass(manifest_dir, tmp_path):
+    """A `top` sweep cut short in its second pass finishes with --resume: the ranking is rebuilt from the
+    first pass on record, nothing is measured twice and nothing is lost."""
+    cfg = _fake_config(manifest_dir, "scheduler: {swizzle: [null, 2, 4], top: 3}\n")
+    pl = plan(cfg)
+    full = run(cfg, pl, tmp_path / "full", [0], backend="fake", isolate=False)
+    out = tmp_path / "cut"
+    run(cfg, pl, out, [0], backend="fake", isolate=False)
+    log = next((out / "work").glob("shard*.jsonl"))
+    lines = log.read_text().splitlines()
+    # cut just after the first second-pass result of the last problem's first op
+    swept = [i for i, line in enumerate(lines) if '"type": "result"' in line
+             and json.loads(line)["measurement"].get("options")]
+    cut = swept[-len(swept) // 4]
+    log.write_text("\n".join(lines[: cut + 1]) + "\n")
+    again = run(cfg, pl, out, [0], backend="fake", resume=True)
+    key = lambda m: (m.kind, m.label, m.op.key, m.problem.key)          # noqa: E731
+    assert sorted(map(key, again.measurements)) == sorted(map(key, full.measurements))
+    recorded = [l for l in log.read_text().splitlines() if '"type": "result"' in l]
+    assert len(recorded) == len(full.measurements)
+
+
 def test_scheduler_config_errors_name_the_key():
     with pytest.raises(SpecError, match="swizzle=3"):
         cfg_text(BASE + "scheduler: {swizzle: [1, 3]}\n")
     with pytest.raises(SpecError, match="tiles"):
         cfg_text(BASE + "scheduler: {tiles: 4}\n")
+    for bad in ("-1", "two", "true", "1.5"):
+        with pytest.raises(SpecError, match="top") as e:
+            cfg_text(BASE + f"scheduler: {{swizzle: [null, 4], top: {bad}}}\n")
+        assert "whole number" in str(e.value)
+    assert cfg_text(BASE + "scheduler: {swizzle: [null, 4], top: 3}\n").scheduler_top == 3
+    assert cfg_text(BASE + "scheduler: {swizzle: [null, 4]}\n").scheduler_top == 0
 
 
 def test_fake_run_isolates_faults_and_wrong_kernels(manifest_dir, tmp_path):

@@ -28,6 +28,11 @@
                                          #   promotion_interval; null = the compiled-in choice), beside
                                          #   its compiled-in choices; a variant a kernel cannot take
                                          #   is not timed on it
+                                         # scheduler: {swizzle: [null, 4, 8], raster: [null, along_m], top: 3}
+                                         #   top: K times the variants on the K fastest kernels of each
+                                         #   problem only (ranked at their compiled-in choices, each at its
+                                         #   best split-K count): a coarse pass over every kernel, a fine
+                                         #   pass over the few that can win; 0 / absent: every kernel
     gpus: all                            # all | a count | a list of device indexes
     output: {dir: results, plots: true}
 
@@ -146,6 +151,9 @@ class ProfileConfig:
     # run-time scheduler options (emitter.runtime.options encodings) each kernel is also timed with; 0 (the
     # compiled-in choices) always comes first
     scheduler: tuple[int, ...] = (0,)
+    # scheduler `top: K`: the variants after the first are timed on the K fastest kernels of each (op, problem)
+    # at the compiled-in choices only; 0: on every kernel
+    scheduler_top: int = 0
 
     def replace(self, **changes: Any) -> "ProfileConfig":
         return replace(self, **changes)
@@ -171,7 +179,8 @@ class ProfileConfig:
                    tie_tolerance=d.get("tie_tolerance", 0.01),
                    gpus=tuple(gpus) if isinstance(gpus, list) else gpus,
                    output=Output(**d.get("output", {})), peaks=d.get("peaks", {}),
-                   description=d.get("description", ""), scheduler=tuple(d.get("scheduler", (0,))))
+                   description=d.get("description", ""), scheduler=tuple(d.get("scheduler", (0,))),
+                   scheduler_top=int(d.get("scheduler_top", 0)))
 
 
 # ------------------------------------------------------------------------------------------ parsing
@@ -305,13 +314,20 @@ def _problems(doc: Document, path: KeyPath, v: Any) -> tuple[Problem, ...]:
     return tuple(unique)
 
 
-def _scheduler(doc: Document, path: KeyPath, v: Any) -> tuple[int, ...]:
-    """`scheduler: {swizzle: [1, 4], raster: along_n}`: the product of the value lists, as option encodings,
-    after 0 (the compiled-in choices)."""
+def _scheduler(doc: Document, path: KeyPath, v: Any) -> tuple[tuple[int, ...], int]:
+    """`scheduler: {swizzle: [1, 4], raster: along_n, top: 3}`: the product of the value lists, as option
+    encodings, after 0 (the compiled-in choices); and `top` (0: every kernel gets every variant)."""
     from emitter.runtime.options import OptionsError, SchedulerOptions
 
     v = _mapping(doc, path, v, "'scheduler'")
-    _unknown_keys(doc, path, v, SCHEDULER_KEYS, "'scheduler'")
+    _unknown_keys(doc, path, v, SCHEDULER_KEYS + ("top",), "'scheduler'")
+    top = 0
+    if "top" in v:
+        t = v["top"]
+        if isinstance(t, bool) or not isinstance(t, int) or t < 0:
+            raise doc.error(path + ("top",), "top is how many of each problem's fastest kernels get the "
+                            "variants: a whole number >= 1 (0 or no key: every kernel)", value=t)
+        top = t
     axes = []
     for key in SCHEDULER_KEYS:
         vals = v.get(key)
@@ -334,7 +350,7 @@ def _scheduler(doc: Document, path: KeyPath, v: Any) -> tuple[int, ...]:
         code = SchedulerOptions(*combo).encode()
         if code not in out:
             out.append(code)
-    return tuple(out)
+    return tuple(out), top
 
 
 def _timing(doc: Document, path: KeyPath, v: Any) -> Timing:
@@ -487,6 +503,7 @@ def parse_config(doc: Document) -> ProfileConfig:
     desc = root.get("description", "")
     if not isinstance(desc, str):
         raise doc.error(("description",), "description must be text", value=desc)
+    sched = _scheduler(doc, ("scheduler",), root["scheduler"]) if "scheduler" in root else ((0,), 0)
     return ProfileConfig(
         file=doc.file,
         manifests=manifests,
@@ -499,7 +516,8 @@ def parse_config(doc: Document) -> ProfileConfig:
         beta=_num(doc, ("beta",), root["beta"], -1e6, 1e6) if "beta" in root else 0.0,
         baselines=_baselines(doc, ("baselines",), root["baselines"]) if "baselines" in root else ("cublas",),
         tie_tolerance=tie,
-        scheduler=_scheduler(doc, ("scheduler",), root["scheduler"]) if "scheduler" in root else (0,),
+        scheduler=sched[0],
+        scheduler_top=sched[1],
         gpus=_gpus(doc, ("gpus",), root["gpus"]) if "gpus" in root else "all",
         output=_output(doc, ("output",), root.get("output")),
         peaks=_peaks(doc, ("peaks",), root.get("peaks")),

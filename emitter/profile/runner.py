@@ -131,9 +131,12 @@ def _read_log(path: Path) -> list[dict[str, Any]]:
 
 
 class _Shard:
-    def __init__(self, index: int, gpu: int, problems: list[Problem], work: Path) -> None:
+    def __init__(self, index: int, gpu: int, problems: list[Problem], work: Path, top: bool = False) -> None:
         self.index, self.gpu, self.problems, self.work = index, gpu, problems, work
+        self.top = top                                   # scheduler `top`: variants are their own pass
         self.skip: list[list[str]] = []
+        self.skip_variants: list[list[Any]] = []         # [kernel, problem, options] done in the second pass
+        self.ranked: list[list[Any]] = []                # [op, problem, kernel, split, median] at options 0
         self.skip_baselines: list[list[str]] = []
         self.skip_names: list[str] = []
         self.best: dict[tuple[str, str], float] = {}     # (op, problem) -> best median so far (timing.prune)
@@ -148,19 +151,30 @@ class _Shard:
     def job(self, base: dict[str, Any]) -> dict[str, Any]:
         return {**base, "gpu": self.gpu, "problems": [p.as_dict() for p in self.problems], "out": str(self.log_path),
                 "skip": self.skip, "skip_baselines": self.skip_baselines, "skip_names": self.skip_names,
+                "skip_variants": self.skip_variants, "ranked": self.ranked,
                 "best_known": [[o, p, t] for (o, p), t in sorted(self.best.items())]}
 
     def note(self, m: dict[str, Any]) -> None:
         """A logged measurement: not measured again; an ok one's median is the best so far to prune against."""
         pkey = Problem.from_dict(m["problem"]).key
+        med = (m.get("stats") or {}).get("median_ms")
         if m["kind"] == "kernel":
-            self.skip.append([m["name"], pkey])
+            self.skip_kernel(m["name"], pkey, int(m.get("options") or 0))
+            if self.top and not m.get("options") and m.get("status") == "ok" and med:
+                self.ranked.append([m["op"]["key"], pkey, m["name"], int(m.get("split_k") or 1), float(med)])
         else:
             self.skip_baselines.append(["baseline", m["op"]["key"], pkey])
-        med = (m.get("stats") or {}).get("median_ms")
         if m.get("status") == "ok" and med:
             key = (m["op"]["key"], pkey)
             self.best[key] = min(self.best.get(key, med), float(med))
+
+    def skip_kernel(self, name: str, pkey: str, options: int) -> None:
+        """Not measured again: the kernel on the problem (with `top`, its first pass or its variants)."""
+        if self.top and options:
+            if [name, pkey, options] not in self.skip_variants:
+                self.skip_variants.append([name, pkey, options])
+        elif [name, pkey] not in self.skip:
+            self.skip.append([name, pkey])
 
 
 def run(config: ProfileConfig, the_plan: Plan, out_dir: Path, gpus: list[int], backend: str = "pycuda",
@@ -176,7 +190,9 @@ def run(config: ProfileConfig, the_plan: Plan, out_dir: Path, gpus: list[int], b
         base["faults"] = faults
     if model:
         base["model"] = model
-    shards = [_Shard(i, g, ps, work) for i, (g, ps) in enumerate(zip(gpus, shard(the_plan.problems, len(gpus)))) if ps]
+    top = bool(config.scheduler_top) and len(config.scheduler) > 1
+    shards = [_Shard(i, g, ps, work, top) for i, (g, ps) in enumerate(zip(gpus, shard(the_plan.problems, len(gpus))))
+              if ps]
     for s in shards:
         if resume:
             _resume(s, base, work)
@@ -240,8 +256,9 @@ def run(config: ProfileConfig, the_plan: Plan, out_dir: Path, gpus: list[int], b
                     continue
                 if culprit is None:     # the worker recorded its own fault before exiting
                     last = next(r["measurement"] for r in reversed(records) if r.get("type") == "result")
-                    culprit = (last["kind"], last["name"], Problem.from_dict(last["problem"]).key, last["op"]["key"])
-                kind, name, pkey, okey = culprit
+                    culprit = (last["kind"], last["name"], Problem.from_dict(last["problem"]).key, last["op"]["key"],
+                               int(last.get("options") or 0))
+                kind, name, pkey, okey, copts = culprit
                 reason = ("the worker process died (exit code %s) while measuring it: a CUDA fault or a crash" % code
                           if code != -9 else f"no progress for {stall_timeout_s:.0f} s (a hang?): killed")
                 problem = next((p for p in s.problems if p.key == pkey), None)
@@ -251,7 +268,7 @@ def run(config: ProfileConfig, the_plan: Plan, out_dir: Path, gpus: list[int], b
                         kind, name, "emitter" if kind == "kernel" else "cuBLAS via torch", op, problem, FAULT,
                         reason, s.gpu, _manifest_of(the_plan, name)).to_json()})
                 if kind == "kernel":
-                    s.skip.append([name, pkey])
+                    s.skip_kernel(name, pkey, copts)
                     s.fault_count[name] = s.fault_count.get(name, 0) + 1
                     if s.fault_count[name] >= FAULTS_BEFORE_DROP and name not in s.skip_names:
                         s.skip_names.append(name)
@@ -339,7 +356,7 @@ def _append(path: Path, obj: dict[str, Any]) -> None:
         f.write(json.dumps(obj, sort_keys=True) + "\n")
 
 
-def _unfinished(records: list[dict[str, Any]]) -> tuple[str, str, str, str] | None:
+def _unfinished(records: list[dict[str, Any]]) -> tuple[str, str, str, str, int] | None:
     last = None
     for r in records:
         if r.get("type") == "start":
@@ -350,7 +367,7 @@ def _unfinished(records: list[dict[str, Any]]) -> tuple[str, str, str, str] | No
                 last = None
     if last is None:
         return None
-    return (last.get("kind", "kernel"), last["name"], last["problem"], last["op"])
+    return (last.get("kind", "kernel"), last["name"], last["problem"], last["op"], int(last.get("options") or 0))
 
 
 def _last_result_fault(records: list[dict[str, Any]]) -> bool:

@@ -302,6 +302,19 @@ class FakeEngine:
 
 
 # ------------------------------------------------------------------------------------------ the job
+def _top(ranked: dict[str, tuple[float, int]], k: int) -> list[str]:
+    """The k fastest kernels of `ranked` (name -> (median, split)); equal medians in name order."""
+    return sorted(ranked, key=lambda n: (ranked[n][0], n))[:k]
+
+
+def _splits(kernel: Any, problem: Problem, env: dict[str, Any]) -> list[int]:
+    """The split-K slice counts a serial split-K kernel is timed at on `problem` ([1] for every other kernel)."""
+    if kernel is not None and getattr(kernel.config, "split_k", "none") == "serial":
+        return split_k_candidates(kernel.config.problem_tile, problem.m, problem.n, problem.k, problem.batch,
+                                  int(env.get("sm_count") or 1))
+    return [1]
+
+
 def _short(e: BaseException) -> str:
     text = str(e).strip().splitlines()[0] if str(e).strip() else ""
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
@@ -316,6 +329,11 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
     skip_names = set(job.get("skip_names", []))
     # best median so far per (op, problem) from an earlier sitting (--resume), so pruning sees it
     best_known = {(b[0], b[1]): float(b[2]) for b in job.get("best_known", [])}
+    # scheduler `top`: kernels whose variants were timed already, and the compiled-in medians that rank them
+    skip_variants = {(s[0], s[1], int(s[2])) for s in job.get("skip_variants", [])}
+    known: dict[tuple[str, str], list[tuple[str, int, float]]] = {}
+    for op_k, p_k, k_name, k_split, k_med in job.get("ranked", []):
+        known.setdefault((op_k, p_k), []).append((k_name, int(k_split), float(k_med)))
     try:
         if engine_factory is not None:
             engine = engine_factory(config, gpu)
@@ -357,11 +375,54 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
     for name, (_k, op, _man, _why) in kernels.items():
         ops.setdefault(op.key, (op, []))[1].append(name)
 
+    def measure(n: str, split: int, opts: int, problem: Problem, op: Op, op_key: str, data: Any,
+                best_ms: float | None) -> Measurement | None:
+        """Check and time kernel n at (split, opts) and log it; None after a CUDA fault (the worker must exit)."""
+        kernel, _op, man, why = kernels[n]
+        m = Measurement("kernel", n, "emitter", op, problem, OK, None, gpu, man, split_k=split, options=opts)
+        if kernel is None:
+            m.status, m.reason = FAILED, why
+            log.write({"type": "result", "measurement": m.to_json()})
+            return m
+        log.write({"type": "start", "kind": "kernel", "name": n, "problem": problem.key, "op": op_key,
+                   "split_k": split, "options": opts})
+        prune_ms = config.timing.prune * best_ms if (config.timing.prune and best_ms) else None
+        try:
+            m = engine.kernel(kernel, data, m, prune_ms=prune_ms)
+        except Exception as e:
+            status, fatal = engine.classify(e)
+            m.status, m.reason = status, _short(e)
+            if status == FAILED and os.environ.get("EMITTER_PROFILE_DEBUG"):
+                traceback.print_exc()
+            log.write({"type": "result", "measurement": m.to_json()})
+            if fatal:
+                _say(gpu, f"{problem.key:>22} {n}: CUDA fault ({m.reason}); restarting")
+                return None
+            return m
+        log.write({"type": "result", "measurement": m.to_json()})
+        if m.ok:
+            tf = problem.flops / (m.stats.median_ms * 1e-3) / 1e12
+            _say(gpu, f"{problem.key:>22} {m.label[:64]:<64} {m.stats.median_ms * 1e3:10.1f} us {tf:7.1f} TFLOP/s")
+        else:
+            _say(gpu, f"{problem.key:>22} {m.label[:64]:<64} {m.status}: {m.reason}")
+        return m
+
     for pd in job["problems"]:
         problem = Problem.from_dict(pd)
         for op_key, (op, names) in ops.items():
             todo = [n for n in names if (n, problem.key) not in skip]
-            if not todo:
+            top = config.scheduler_top if len(config.scheduler) > 1 else 0
+            ranked: dict[str, tuple[float, int]] = {}     # kernel -> (best median, its split) at options 0
+            for k_name, k_split, k_med in known.get((op_key, problem.key), []):
+                if k_med < ranked.get(k_name, (float("inf"), 0))[0]:
+                    ranked[k_name] = (k_med, k_split)
+            def second(n: str) -> list[int]:     # the variants still to time on kernel n (the `top` pass)
+                kernel = kernels[n][0] if n in kernels else None
+                return [] if kernel is None else [
+                    o for o in config.scheduler[1:]
+                    if not unsupported(kernel.config, o) and (n, problem.key, o) not in skip_variants]
+
+            if not todo and (not top or not any(second(n) for n in _top(ranked, top))):
                 continue
             try:
                 data = engine.prepare(op, problem)
@@ -396,43 +457,26 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
                 runs = []
                 for n in todo:
                     kernel = kernels[n][0]
-                    splits = [1]
-                    if kernel is not None and getattr(kernel.config, "split_k", "none") == "serial":
-                        splits = split_k_candidates(kernel.config.problem_tile, problem.m, problem.n, problem.k,
-                                                    problem.batch, int(env.get("sm_count") or 1))
-                    # run-time scheduler options (config `scheduler`): those the kernel has, beside none
+                    # run-time scheduler options (config `scheduler`): those the kernel has, beside none; with
+                    # `top`, the first pass takes the compiled-in choices only
                     variants = [o for o in config.scheduler if kernel is None or not unsupported(kernel.config, o)]
-                    runs += [(n, s, o) for s in splits for o in variants or [0]]
+                    runs += [(n, s, o) for s in _splits(kernel, problem, env) for o in (variants[:1] if top else variants) or [0]]
                 for n, split, opts in runs:
-                    kernel, _op, man, why = kernels[n]
-                    m = Measurement("kernel", n, "emitter", op, problem, OK, None, gpu, man, split_k=split,
-                                    options=opts)
-                    if kernel is None:
-                        m.status, m.reason = FAILED, why
-                        log.write({"type": "result", "measurement": m.to_json()})
-                        continue
-                    log.write({"type": "start", "kind": "kernel", "name": n, "problem": problem.key, "op": op_key,
-                               "split_k": split, "options": opts})
-                    prune_ms = config.timing.prune * best_ms if (config.timing.prune and best_ms) else None
-                    try:
-                        m = engine.kernel(kernel, data, m, prune_ms=prune_ms)
-                    except Exception as e:
-                        status, fatal = engine.classify(e)
-                        m.status, m.reason = status, _short(e)
-                        if status == FAILED and os.environ.get("EMITTER_PROFILE_DEBUG"):
-                            traceback.print_exc()
-                        log.write({"type": "result", "measurement": m.to_json()})
-                        if fatal:
-                            _say(gpu, f"{problem.key:>22} {n}: CUDA fault ({m.reason}); restarting")
-                            return EXIT_FAULT
-                        continue
-                    log.write({"type": "result", "measurement": m.to_json()})
+                    m = measure(n, split, opts, problem, op, op_key, data, best_ms)
+                    if m is None:
+                        return EXIT_FAULT
                     if m.ok:
                         best_ms = min(best_ms, m.stats.median_ms) if best_ms else m.stats.median_ms
-                        tf = problem.flops / (m.stats.median_ms * 1e-3) / 1e12
-                        _say(gpu, f"{problem.key:>22} {m.label[:64]:<64} {m.stats.median_ms * 1e3:10.1f} us {tf:7.1f} TFLOP/s")
-                    else:
-                        _say(gpu, f"{problem.key:>22} {m.label[:64]:<64} {m.status}: {m.reason}")
+                        if opts == 0 and m.stats.median_ms < ranked.get(n, (float("inf"), 0))[0]:
+                            ranked[n] = (m.stats.median_ms, split)
+                if top:   # the second pass: every other variant, on the `top` fastest kernels at their best split
+                    for n in _top(ranked, top):
+                        for opts in second(n):
+                            m = measure(n, ranked[n][1], opts, problem, op, op_key, data, best_ms)
+                            if m is None:
+                                return EXIT_FAULT
+                            if m.ok:
+                                best_ms = min(best_ms, m.stats.median_ms) if best_ms else m.stats.median_ms
             finally:
                 try:
                     engine.release(data)
