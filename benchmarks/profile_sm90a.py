@@ -302,7 +302,10 @@ def _err(x: float | None) -> str:
 
 def markdown(summary: dict, plots: list[str], notes: str) -> str:
     env = summary["environment"]
-    runs = summary["runs"]
+    # runs that still supply a row; an earlier run whose every row a later one replaced is named only
+    used = {x.get("run") for g in summary["ops"].values() for x in g["rows"]}
+    replaced = [r for r in summary["runs"] if len(summary["runs"]) > 1 and r["label"] not in used]
+    runs = [r for r in summary["runs"] if r not in replaced]
     several = len(runs) > 1
     out = [f"# Hopper GEMM performance (issue 6)",
            "",
@@ -321,6 +324,9 @@ def markdown(summary: dict, plots: list[str], notes: str) -> str:
         out += ["", "Each row comes from the latest run that measured that shape for that op (its label is in the "
                 "`run` column); its ratio is against the baseline measured in that same run. Runs, oldest first:"]
     out += [""] + [_run_line(r) for r in runs]
+    if replaced:
+        out += ["", "Earlier runs whose every row a later run replaced (their records stay in docs/perf/runs/): "
+                + ", ".join(f"{r['label']}" for r in replaced) + "."]
     for r in runs:
         if r.get("commands"):
             out += ["", f"Commands of {r['label']} (on the GPU machine, project root):", "```"] + r["commands"] + ["```"]

@@ -145,3 +145,30 @@ def test_report_over_several_runs_takes_each_shape_from_the_latest_run(tmp_path)
     bench.write_report(sorted(p for p in (again.parent / "perf" / "runs").glob("*.json")
                               if not p.name.endswith(".tuning.json")), again, None)
     assert again.read_text() == text
+
+
+def test_a_run_whose_every_row_was_replaced_is_named_not_described(tmp_path):
+    """A later run that measured every shape again replaces all of an earlier run's rows: the report names the
+    earlier run in one line (its record stays) and describes and lists commands for the runs that supply rows."""
+    bench = _bench()
+    bf = "bf16bf16_bf16bf16_accf32_tnt"
+    k = "gemm_sm90a_bf16bf16_bf16bf16_accf32_tnt_128x256x64_c2x1x1_i64x256x16_sauto_coop_epitma_persistent_al8x8x8_identity"
+
+    def run(name, ratio, date):
+        d = tmp_path / name
+        (d / "profile").mkdir(parents=True)
+        (d / "profile" / "profile.json").write_text(json.dumps(
+            {"environment": {"name": "NVIDIA H200", "sm_count": 132}, "baselines": ["cuBLAS"],
+             "rows": [_row(bf, "bf16", 8192, 8192, 8192, "baseline", "cublas", 700.0),
+                      _row(bf, "bf16", 8192, 8192, 8192, "kernel", k, 700.0 * ratio, ratio, best=True)]}))
+        (d / "run.json").write_text(json.dumps({"commands": [f"cmd {name}"], "times": {}, "argv": [],
+                                                "date": date, "label": f"{date}-{name}"}))
+        return d
+
+    doc = tmp_path / "docs" / "performance.md"
+    bench.write_report([run("old", 0.9, "2026-11-22"), run("new", 1.1, "2026-11-23")], doc, None)
+    text = doc.read_text()
+    assert "cmd new" in text and "cmd old" not in text and "**2026-11-22-old**" not in text
+    assert "a later run replaced (their records stay in docs/perf/runs/): 2026-11-22-old." in text
+    assert "outputs of 1 run on" in text
+    assert (doc.parent / "perf" / "runs" / "2026-11-22-old.json").is_file()

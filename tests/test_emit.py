@@ -143,11 +143,12 @@ def test_example_configs_emit(tmp_path):
 
 
 def test_tuning_configs_emit_without_rejections(tmp_path):
-    """configs/tuning (the benchmark's candidates and explore set) must not lose a kernel to a rule on the
-    device: every entry resolves, and the swept keys give distinct instances."""
-    specs = sorted((ROOT / "configs" / "tuning").glob("*.yaml"))
+    """The benchmark's set (configs/gemm/sm90a_*.yaml, configs/tuning: candidates and explore) must not lose a
+    kernel to a rule on the device: every entry resolves, and the swept keys give distinct instances."""
+    tuning = sorted((ROOT / "configs" / "tuning").glob("*.yaml"))
+    specs = tuning + sorted((ROOT / "configs" / "gemm").glob("sm90a_*.yaml"))
     res = emit(specs, tmp_path / "out")
-    assert len(specs) >= 2 and not res.failed and not res.rejected, [(r.rule, r.reason) for r in res.rejected]
+    assert len(tuning) >= 2 and not res.failed and not res.rejected, [(r.rule, r.reason) for r in res.rejected]
     names = [r.name for r in res.instances]
     assert len(names) == len(set(names))
     assert any("_c2x1x1_" in n for n in names) and any("_promoovl_" in n for n in names)

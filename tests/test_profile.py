@@ -483,7 +483,8 @@ def test_plan_selects_and_resolves_manifests_beside_the_config(manifest_dir, tmp
                         "problems: [{square: 1024}]\n")
     pl = plan(load_config(cfg_path), cwd=tmp_path)      # not under cwd: found beside the config
     # the fp8 full-accumulation kernels that are not decode kernels: cooperative 1x2 / 2x1, split-K, ping-pong
-    assert {i["entry"]["config"]["a"] for i in pl.instances} == {"e4m3"} and len(pl.instances) == 4
+    # 64x128 1x1, and the M = 128 ping-pong pair 64x64 / 64x128 2x1
+    assert {i["entry"]["config"]["a"] for i in pl.instances} == {"e4m3"} and len(pl.instances) == 6
     assert not any(i["entry"]["config"]["fp8_fast_accum"] for i in pl.instances)
     pl2 = plan(load_config(cfg_path), exclude=("pingpong",), cwd=tmp_path)
     assert len(pl2.instances) == 3
@@ -521,8 +522,17 @@ def test_scheduler_options_are_swept_per_kernel_and_reach_the_tuning_table(manif
     from emitter.profile.selection import tuning_table
     from emitter.runtime.options import SchedulerOptions as S
 
+    from emitter.emit import emit
+
+    # the tuned fp8 set promotes with emitter's overlap (one interval); one kernel with CUTLASS's mainloop too
+    serial = tmp_path / "serial"
+    spec = tmp_path / "serial.yaml"
+    spec.write_text("arch: sm90a\ndtype: {a: e4m3, b: e4m3, c: bf16, d: bf16, accumulator: f32}\nlayout: tn\n"
+                    "tile: 128x128x128\ncluster: 1x1x1\nschedule: {kernel: cooperative}\n")
+    emit([spec], serial)
     cfg = _fake_config(manifest_dir, "scheduler: {swizzle: 4, reduction: [deterministic, nondeterministic], "
                                      "promotion_interval: [null, 8]}\n")
+    cfg = cfg.replace(manifests=(str(manifest_dir), str(serial)))
     assert cfg.scheduler[0] == 0 and len(cfg.scheduler) == 5
     pl = plan(cfg, select=("split_k=none",))   # decode (swap_ab) fp8 kernels promote the CUTLASS way
     outcome = run(cfg, pl, tmp_path, [0], backend="fake", isolate=False)
@@ -533,7 +543,7 @@ def test_scheduler_options_are_swept_per_kernel_and_reach_the_tuning_table(manif
             got.setdefault(m.name, set()).add(m.options_label)
     streamk = [n for n in got if "_streamk_" in n]
     fp8_full = [n for n in got if n.startswith("gemm_sm90a_e4m3") and "fastacc" not in n]
-    assert streamk and fp8_full
+    assert streamk and fp8_full and any("_promoovl_" not in n for n in fp8_full)
     for n, labels in got.items():
         want = {"", "swz4 det"}
         if n in streamk:
