@@ -43,8 +43,12 @@ bench: install           # emit speed (10,000 instances) and build overhead agai
 	$(BIN)/python benchmarks/emit_speed.py
 	$(BIN)/python benchmarks/build_overhead.py
 
+# bench-gpu: the method of the runs in docs/performance.md (warm-up 25 ms of GPU time, 3 repeats of >= 10 ms,
+# run-time swizzle x raster on each shape's 3 fastest kernels); about 4 min of build and 15 of profiling on an H200
 bench-gpu:               # on the GPU machine: build, verify and profile the sm90a configs vs cuBLAS (issue 6)
-	python3 benchmarks/profile_sm90a.py --out results/sm90a --shapes all --doc docs/performance.md
+	python3 benchmarks/profile_sm90a.py --out results/sm90a --shapes all --doc docs/performance.md \
+	  --repeats 3 --min-duration-ms 10 --warmup-ms 25 \
+	  --scheduler '{swizzle: [null, 4, 8], raster: [null, along_m, along_n], top: 3}'
 
 # bench-gpu-explore times every kernel on every shape at its compiled-in scheduler, then the 3 fastest of each
 # shape again at run-time swizzle 1/4/8 x raster heuristic/along M/along N (scheduler `top: 3`): ~5.9k timings,
@@ -53,6 +57,7 @@ bench-gpu-explore:       # on the GPU machine: bench-gpu plus the candidates of 
 	python3 benchmarks/profile_sm90a.py --out results/sm90a-explore --shapes all \
 	  --specs configs/gemm/sm90a_bf16.yaml --specs configs/gemm/sm90a_fp8.yaml \
 	  --specs configs/tuning/sm90a_candidates.yaml --specs configs/tuning/sm90a_explore.yaml \
+	  --repeats 3 --min-duration-ms 10 --warmup-ms 25 \
 	  --scheduler '{swizzle: [null, 4, 8], raster: [null, along_m, along_n], top: 3}'
 
 perf-doc: install        # no GPU: docs/performance.md from the run records in docs/perf/runs (oldest first), then RUN=<run dir> if given

@@ -307,6 +307,15 @@ def _top(ranked: dict[str, tuple[float, int]], k: int) -> list[str]:
     return sorted(ranked, key=lambda n: (ranked[n][0], n))[:k]
 
 
+def _second_pass(kernel: Any, name: str, pkey: str, config: ProfileConfig,
+                 done: set[tuple[str, str, int]]) -> list[int]:
+    """The run-time variants still to time on kernel `name` in a `top` sweep's second pass: every one after
+    the compiled-in choices that the kernel has and that was not timed on this problem already."""
+    if kernel is None:
+        return []
+    return [o for o in config.scheduler[1:] if not unsupported(kernel.config, o) and (name, pkey, o) not in done]
+
+
 def _splits(kernel: Any, problem: Problem, env: dict[str, Any]) -> list[int]:
     """The split-K slice counts a serial split-K kernel is timed at on `problem` ([1] for every other kernel)."""
     if kernel is not None and getattr(kernel.config, "split_k", "none") == "serial":
@@ -407,22 +416,19 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
             _say(gpu, f"{problem.key:>22} {m.label[:64]:<64} {m.status}: {m.reason}")
         return m
 
+    # scheduler `top`: the first pass times every kernel at its compiled-in choices, the second the other
+    # variants on the `top` fastest of each (op, problem)
+    top = config.scheduler_top if len(config.scheduler) > 1 else 0
     for pd in job["problems"]:
         problem = Problem.from_dict(pd)
         for op_key, (op, names) in ops.items():
             todo = [n for n in names if (n, problem.key) not in skip]
-            top = config.scheduler_top if len(config.scheduler) > 1 else 0
             ranked: dict[str, tuple[float, int]] = {}     # kernel -> (best median, its split) at options 0
             for k_name, k_split, k_med in known.get((op_key, problem.key), []):
                 if k_med < ranked.get(k_name, (float("inf"), 0))[0]:
                     ranked[k_name] = (k_med, k_split)
-            def second(n: str) -> list[int]:     # the variants still to time on kernel n (the `top` pass)
-                kernel = kernels[n][0] if n in kernels else None
-                return [] if kernel is None else [
-                    o for o in config.scheduler[1:]
-                    if not unsupported(kernel.config, o) and (n, problem.key, o) not in skip_variants]
-
-            if not todo and (not top or not any(second(n) for n in _top(ranked, top))):
+            if not todo and (not top or not any(_second_pass(kernels[n][0], n, problem.key, config, skip_variants)
+                                                for n in _top(ranked, top))):
                 continue
             try:
                 data = engine.prepare(op, problem)
@@ -471,7 +477,7 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
                             ranked[n] = (m.stats.median_ms, split)
                 if top:   # the second pass: every other variant, on the `top` fastest kernels at their best split
                     for n in _top(ranked, top):
-                        for opts in second(n):
+                        for opts in _second_pass(kernels[n][0], n, problem.key, config, skip_variants):
                             m = measure(n, ranked[n][1], opts, problem, op, op_key, data, best_ms)
                             if m is None:
                                 return EXIT_FAULT
