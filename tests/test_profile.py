@@ -132,6 +132,9 @@ def test_shipped_configs_parse():
         assert c.problems and c.manifests == ("generated/demo",)
     assert len(load_config(ROOT / "configs/profile/llm_shapes.yaml").problems) == 30
     assert len(load_config(ROOT / "configs/profile/square.yaml").problems) == 5
+    for name in ("llm_shapes", "square"):      # the sweep of docs/performance.md: 9 variants, top 3
+        c = load_config(ROOT / f"configs/profile/{name}.yaml")
+        assert len(c.scheduler) == 9 and c.scheduler[0] == 0 and c.scheduler_top == 3
 
 
 BAD = [
