@@ -51,8 +51,9 @@ bench-gpu:               # on the GPU machine: build, verify and profile the sm9
 	  --scheduler '{swizzle: [null, 4, 8], raster: [null, along_m, along_n], top: 3}'
 
 # bench-gpu-explore times every kernel on every shape at its compiled-in scheduler, then the 3 fastest of each
-# shape again at run-time swizzle 1/4/8 x raster heuristic/along M/along N (scheduler `top: 3`): ~5.9k timings,
-# counted with the fake backend (every variant on every kernel would be ~16.5k).
+# shape again at run-time swizzle 1/4/8 x raster heuristic/along M/along N (scheduler `top: 3`), each distinct
+# launch once: ~4.2k timings, counted with the fake backend (every variant on every kernel: ~12k; before
+# duplicates were skipped, 5.9k and 16.5k).
 bench-gpu-explore:       # on the GPU machine: bench-gpu plus the candidates of configs/tuning/sm90a_explore.yaml, every shape
 	python3 benchmarks/profile_sm90a.py --out results/sm90a-explore --shapes all \
 	  --specs configs/gemm/sm90a_bf16.yaml --specs configs/gemm/sm90a_fp8.yaml \

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from emitter.runtime.config import GemmConfig
-from emitter.runtime.options import OptionsError, SchedulerOptions, unsupported
+from emitter.runtime.options import OptionsError, SchedulerOptions, distinct, launch_key, unsupported
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,6 +50,42 @@ def _cfg(**kw):
          "split_k": "none", "promotion_interval": 0, "epilogue": {"activation": "identity", "bias": "none"}}
     c.update(kw)
     return GemmConfig.from_entry({"name": "k", "family": "gemm", "arch": c["arch"], "config": c})
+
+
+def test_launch_key_is_what_the_persistent_scheduler_resolves():
+    """CUTLASS's persistent scheduler caps the swizzle by the smaller side of the tile grid (8 needs >= 6 tiles,
+    4 needs >= 3, 2 needs 2) and resolves `heuristic` to along M when the grid has more columns than rows;
+    options that resolve alike are the same launch. The stream-K scheduler and 2.x kernels are not modelled."""
+    S = lambda **kw: SchedulerOptions(**kw).encode()  # noqa: E731
+    k = _cfg(tile=[128, 256, 64], cluster=[2, 1, 1])
+    # 512 x 4096: a 4 x 16 grid of 128x256 tiles (4 rows, already a multiple of the 2x1 cluster)
+    assert launch_key(k, 512, 4096, S(swizzle=8)) == launch_key(k, 512, 4096, S(swizzle=4)) == (2, "along_m", 0)
+    assert launch_key(k, 512, 4096, 0) == launch_key(k, 512, 4096, S(raster="along_m")) == (0, "along_m", 0)
+    assert launch_key(k, 512, 4096, S(raster="along_n")) == (0, "along_n", 0)
+    # 8192 x 8192: 64 x 32, so swizzle 8 is its own launch and the heuristic walks along N
+    assert launch_key(k, 8192, 8192, S(swizzle=8)) == (3, "along_n", 0)
+    assert launch_key(k, 8192, 8192, S(swizzle=2)) == (1, "along_n", 0)
+    # 128 x 4096: 1 x 16 tiles, rounded up to the cluster's 2 rows: no swizzle fits above 2
+    assert launch_key(k, 128, 4096, S(swizzle=8)) == launch_key(k, 128, 4096, S(swizzle=2)) == (1, "along_m", 0)
+    # swap_ab: the kernel's M is the caller's N, and the raster option is in the caller's terms
+    swap = _cfg(tile=[64, 16, 128], cluster=[1, 1, 1], swap_ab=True)
+    assert launch_key(swap, 16, 4096, S(raster="along_m")) == launch_key(swap, 16, 4096, 0) == (0, "along_n", 0)
+    assert launch_key(swap, 16, 4096, S(raster="along_n"))[1] == "along_m"
+    assert launch_key(swap, 16, 4096, S(swizzle=8))[0] == 0          # one tile column: nothing to swizzle
+    # a compiled-in swizzle / raster is what `null` resolves to
+    assert launch_key(_cfg(tile=[128, 256, 64], cluster=[2, 1, 1], swizzle=4, raster="along_n"), 8192, 8192, 0) == \
+        (2, "along_n", 0)
+    # not modelled: every variant is its own launch
+    assert launch_key(_cfg(tile_scheduler="stream_k", cluster=[1, 1, 1]), 512, 4096, 0) is None
+    assert launch_key(_cfg(split_k="serial", cluster=[1, 1, 1]), 512, 4096, 0) is None
+    assert launch_key(_cfg(arch="sm80"), 512, 4096, 0) is None
+    sweep = [0] + [S(swizzle=s, raster=r) for s in (None, 4, 8) for r in (None, "along_m", "along_n")][1:]
+    assert distinct(k, 512, 4096, sweep) == [0, S(raster="along_n"), S(swizzle=4), S(swizzle=4, raster="along_n")]
+    assert len(distinct(k, 8192, 8192, sweep)) == 6 and distinct(k, 8192, 8192, sweep)[0] == 0
+    assert distinct(_cfg(tile_scheduler="stream_k", cluster=[1, 1, 1]), 512, 4096, sweep) == sweep
+    fp8 = _cfg(a="e4m3", b="e4m3", tile=[128, 128, 128], cluster=[1, 1, 1], promotion_interval=4)
+    assert distinct(fp8, 8192, 8192, [0, S(promotion_interval=4), S(promotion_interval=8)]) == \
+        [0, S(promotion_interval=8)]
 
 
 def test_which_instances_take_which_options():

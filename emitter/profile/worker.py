@@ -32,7 +32,7 @@ from emitter.profile.records import (
 )
 from emitter.profile.selection import split_k_candidates
 from emitter.profile.stats import TimingStats
-from emitter.runtime.options import unsupported
+from emitter.runtime.options import distinct, unsupported
 
 EXIT_FAULT = 3
 
@@ -307,13 +307,15 @@ def _top(ranked: dict[str, tuple[float, int]], k: int) -> list[str]:
     return sorted(ranked, key=lambda n: (ranked[n][0], n))[:k]
 
 
-def _second_pass(kernel: Any, name: str, pkey: str, config: ProfileConfig,
+def _second_pass(kernel: Any, name: str, problem: Problem, config: ProfileConfig,
                  done: set[tuple[str, str, int]]) -> list[int]:
     """The run-time variants still to time on kernel `name` in a `top` sweep's second pass: every one after
     the compiled-in choices that the kernel has and that was not timed on this problem already."""
     if kernel is None:
         return []
-    return [o for o in config.scheduler[1:] if not unsupported(kernel.config, o) and (name, pkey, o) not in done]
+    variants = distinct(kernel.config, problem.m, problem.n,
+                        [o for o in config.scheduler if not unsupported(kernel.config, o)])
+    return [o for o in variants[1:] if (name, problem.key, o) not in done]
 
 
 def _splits(kernel: Any, problem: Problem, env: dict[str, Any]) -> list[int]:
@@ -427,7 +429,7 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
             for k_name, k_split, k_med in known.get((op_key, problem.key), []):
                 if k_med < ranked.get(k_name, (float("inf"), 0))[0]:
                     ranked[k_name] = (k_med, k_split)
-            if not todo and (not top or not any(_second_pass(kernels[n][0], n, problem.key, config, skip_variants)
+            if not todo and (not top or not any(_second_pass(kernels[n][0], n, problem, config, skip_variants)
                                                 for n in _top(ranked, top))):
                 continue
             try:
@@ -466,6 +468,8 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
                     # run-time scheduler options (config `scheduler`): those the kernel has, beside none; with
                     # `top`, the first pass takes the compiled-in choices only
                     variants = [o for o in config.scheduler if kernel is None or not unsupported(kernel.config, o)]
+                    if kernel is not None:   # not twice the same launch (a swizzle the grid caps, a raster = heuristic)
+                        variants = distinct(kernel.config, problem.m, problem.n, variants)
                     runs += [(n, s, o) for s in _splits(kernel, problem, env) for o in (variants[:1] if top else variants) or [0]]
                 for n, split, opts in runs:
                     m = measure(n, split, opts, problem, op, op_key, data, best_ms)
@@ -477,7 +481,7 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
                             ranked[n] = (m.stats.median_ms, split)
                 if top:   # the second pass: every other variant, on the `top` fastest kernels at their best split
                     for n in _top(ranked, top):
-                        for opts in _second_pass(kernels[n][0], n, problem.key, config, skip_variants):
+                        for opts in _second_pass(kernels[n][0], n, problem, config, skip_variants):
                             m = measure(n, ranked[n][1], opts, problem, op, op_key, data, best_ms)
                             if m is None:
                                 return EXIT_FAULT

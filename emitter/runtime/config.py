@@ -46,6 +46,11 @@ class GemmConfig:
     stream_k: bool = False         # sm90a: on the stream-K scheduler (stream-K or serial split-K): has a reduction
     promotion_interval: int = 0    # sm90a fp8 full accumulation: k-steps between promotions (0: no promotion)
     promotion_overlap: bool = False  # ... by emitter's overlapped collective (its compiled interval only)
+    # sm90a, the compiled-in tile-scheduler choices (options.launch_key models what they resolve to)
+    cluster: tuple[int, int, int] | None = None   # the kernel's cluster (over (N, M) when swap_ab), None on 2.x
+    persistent: bool = False       # on CUTLASS's persistent tile scheduler (not stream-K)
+    swizzle: int = 1               # max_swizzle_size
+    raster: str = "heuristic"      # heuristic | along_m | along_n, in the caller's terms
 
     @property
     def problem_tile(self) -> tuple[int, int, int]:
@@ -112,6 +117,10 @@ class GemmConfig:
             stream_k=cfg.get("tile_scheduler") == "stream_k" or cfg.get("split_k") == "serial",
             promotion_interval=int(cfg.get("promotion_interval") or 0),
             promotion_overlap=cfg.get("promotion") == "overlap",
+            cluster=tuple(int(x) for x in cfg["cluster"]) if cfg.get("cluster") else None,  # type: ignore[arg-type]
+            persistent=cfg.get("tile_scheduler") == "persistent" and cfg.get("split_k", "none") == "none",
+            swizzle=int(cfg.get("swizzle") or 1),
+            raster=str(cfg.get("raster") or "heuristic"),
         )
 
 

@@ -167,3 +167,59 @@ def unsupported_config(arch: str, config: dict[str, Any], options: int) -> str |
     name = str(config.get("name", "this kernel"))
     return unsupported(GemmConfig.from_entry({"name": name, "family": "gemm", "arch": arch, "config": config}),
                        options)
+
+
+def _round_up(x: int, multiple: int) -> int:
+    return -(-x // multiple) * multiple
+
+
+def _log_swizzle(ctas_m: int, ctas_n: int, max_swizzle: int) -> int:
+    """CUTLASS's PersistentTileSchedulerSm90Params::get_log_swizzle_size: the swizzle the scheduler uses."""
+    smaller = min(ctas_m, ctas_n)
+    if max_swizzle >= 8 and smaller >= 6:
+        return 3
+    if max_swizzle >= 4 and smaller >= 3:
+        return 2
+    if max_swizzle >= 2 and smaller >= 2:
+        return 1
+    return 0
+
+
+def launch_key(cfg: Any, m: int, n: int, options: int) -> tuple[Any, ...] | None:
+    """What an sm90a kernel on CUTLASS's persistent tile scheduler makes of `options` on an M x N problem:
+    (log2 of the swizzle it uses, the raster order it walks in the kernel's terms, the promotion interval).
+    Two option sets with the same key are the same launch, so a sweep times one of them. The scheduler caps
+    the swizzle by the smaller side of the tile grid (swizzle 8 needs at least 6 tiles a side, 4 needs 3) and
+    resolves `heuristic` to along M when the grid has more columns than rows (tile_scheduler_params.h,
+    CUTLASS 4.2). None where this is not modelled (2.x kernels, the stream-K scheduler): time every variant."""
+    if getattr(cfg, "arch", "") != "sm90a" or not getattr(cfg, "persistent", False) or not getattr(cfg, "cluster", None):
+        return None
+    o = SchedulerOptions.decode(options) if options else SchedulerOptions()
+    swizzle = o.swizzle if o.swizzle is not None else int(cfg.swizzle)
+    raster = o.raster if o.raster is not None else str(cfg.raster)
+    km, kn = (n, m) if cfg.swap_ab else (m, n)
+    blocks_m = _round_up(-(-km // cfg.tile[0]), cfg.cluster[0])
+    blocks_n = _round_up(-(-kn // cfg.tile[1]), cfg.cluster[1])
+    log = _log_swizzle(blocks_m, blocks_n, swizzle)
+    blocks_m = _round_up(blocks_m, (1 << log) * cfg.cluster[0])
+    blocks_n = _round_up(blocks_n, (1 << log) * cfg.cluster[1])
+    if raster == "heuristic":
+        order = "along_m" if blocks_n > blocks_m else "along_n"
+    else:   # the caller's M is a swap_ab kernel's N
+        order = {"along_m": "along_n", "along_n": "along_m"}[raster] if cfg.swap_ab else raster
+    interval = o.promotion_interval if o.promotion_interval is not None else getattr(cfg, "promotion_interval", 0)
+    return (log, order, interval)
+
+
+def distinct(cfg: Any, m: int, n: int, variants: list[int] | tuple[int, ...]) -> list[int]:
+    """`variants` without those that launch like an earlier one (launch_key); order kept, the first wins."""
+    seen: set[tuple[Any, ...]] = set()
+    out = []
+    for v in variants:
+        key = launch_key(cfg, m, n, v)
+        if key is not None:
+            if key in seen:
+                continue
+            seen.add(key)
+        out.append(v)
+    return out
