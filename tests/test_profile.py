@@ -10,6 +10,7 @@ import json
 import random
 import textwrap
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -19,7 +20,7 @@ from emitter.errors import SpecError
 from emitter.profile import report as rep
 from emitter.profile.config import LLM_M, LLM_NK, Problem, ProfileConfig, load_config, parse_config_text
 from emitter.profile.records import CHECK_FAILED, FAULT, OK, Measurement, Op, min_bytes
-from emitter.profile.runner import plan, run, shard
+from emitter.profile.runner import RunOutcome, plan, run, shard
 from emitter.profile.selection import TIE_CAP, choose, choose_all, noise_ms
 from emitter.profile.stats import TimingStats
 from emitter.profile.timing import MAX_WARMUP_CHUNK, iterations_for, rotation_sets, warm_up
@@ -639,18 +640,14 @@ def test_scheduler_top_resumes_mid_second_pass(manifest_dir, tmp_path):
     """A `top` sweep cut short in its second pass finishes with --resume: the ranking is rebuilt from the
     first pass on record, nothing is measured twice and nothing is lost."""
     cfg = _fake_config(manifest_dir, "scheduler: {swizzle: [null, 2, 4], top: 3}\n")
-    pl = plan(cfg)
-    full = run(cfg, pl, tmp_path / "full", [0], backend="fake", isolate=False)
-    out = tmp_path / "cut"
-    run(cfg, pl, out, [0], backend="fake", isolate=False)
-    log = next((out / "work").glob("shard*.jsonl"))
-    lines = log.read_text().splitlines()
-    # cut just after the first second-pass result of the last problem's first op
-    swept = [i for i, line in enumerate(lines) if '"type": "result"' in line
-             and json.loads(line)["measurement"].get("options")]
-    cut = swept[-len(swept) // 4]
-    log.write_text("\n".join(lines[: cut + 1]) + "\n")
-    again = run(cfg, pl, out, [0], backend="fake", resume=True)
+
+    def in_second_pass(lines: list[str]) -> int:     # after the first variant of a second pass with more to come
+        results = [(i, json.loads(line)["measurement"]) for i, line in enumerate(lines)
+                   if '"type": "result"' in line]
+        return next(i for (i, m), (_j, nxt) in zip(results, results[1:])
+                    if m.get("options") and nxt.get("options") and (m["op"], m["problem"]) == (nxt["op"], nxt["problem"]))
+
+    full, again, log = _cut_and_resume(cfg, tmp_path, in_second_pass)
     key = lambda m: (m.kind, m.label, m.op.key, m.problem.key)          # noqa: E731
     assert sorted(map(key, again.measurements)) == sorted(map(key, full.measurements))
     recorded = [l for l in log.read_text().splitlines() if '"type": "result"' in l]
@@ -906,22 +903,33 @@ def test_replay_from_worker_logs_of_a_run_cut_short(manifest_dir, tmp_path):
         outcome_from_logs(tmp_path)
 
 
-def test_resume_keeps_what_was_measured_and_takes_the_rest(manifest_dir, tmp_path):
-    """`emitter profile --resume`: a sweep cut short is finished in a second sitting; nothing measured twice,
-    nothing lost, and a work directory of another plan is refused."""
-    from emitter.profile.runner import ProfileError
-
-    cfg = _fake_config(manifest_dir)
+def _cut_and_resume(cfg: ProfileConfig, tmp_path: Path,
+                    cut_at: Callable[[list[str]], int]) -> tuple[RunOutcome, RunOutcome, Path]:
+    """An uncut fake run, and one cut after log line cut_at(lines) then finished with --resume (real worker
+    processes): (uncut outcome, resumed outcome, the resumed run's log)."""
     pl = plan(cfg)
     full = run(cfg, pl, tmp_path / "full", [0], backend="fake", isolate=False)
     out = tmp_path / "cut"
     run(cfg, pl, out, [0], backend="fake", isolate=False)
     log = next((out / "work").glob("shard*.jsonl"))
     lines = log.read_text().splitlines()
-    results = [i for i, line in enumerate(lines) if '"type": "result"' in line]
-    kept = results[: len(results) // 3]
-    log.write_text("\n".join(lines[: kept[-1] + 1]) + "\n")
-    again = run(cfg, pl, out, [0], backend="fake", resume=True)          # real worker processes
+    log.write_text("\n".join(lines[: cut_at(lines) + 1]) + "\n")
+    return full, run(cfg, pl, out, [0], backend="fake", resume=True), log
+
+
+def test_resume_keeps_what_was_measured_and_takes_the_rest(manifest_dir, tmp_path):
+    """`emitter profile --resume`: a sweep cut short is finished in a second sitting; nothing measured twice,
+    nothing lost, and a work directory of another plan is refused."""
+    from emitter.profile.runner import ProfileError
+
+    cfg = _fake_config(manifest_dir)
+
+    def a_third_in(lines: list[str]) -> int:        # the last of the first third of the results
+        results = [i for i, line in enumerate(lines) if '"type": "result"' in line]
+        return results[: len(results) // 3][-1]
+
+    full, again, log = _cut_and_resume(cfg, tmp_path, a_third_in)
+    out = tmp_path / "cut"
     key = lambda m: (m.kind, m.label, m.op.key, m.problem.key)          # noqa: E731
     assert sorted(map(key, again.measurements)) == sorted(map(key, full.measurements))
     recorded = [l for l in log.read_text().splitlines() if '"type": "result"' in l]

@@ -470,7 +470,8 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
                     variants = [o for o in config.scheduler if kernel is None or not unsupported(kernel.config, o)]
                     if kernel is not None:   # not twice the same launch (a swizzle the grid caps, a raster = heuristic)
                         variants = distinct(kernel.config, problem.m, problem.n, variants)
-                    runs += [(n, s, o) for s in _splits(kernel, problem, env) for o in (variants[:1] if top else variants) or [0]]
+                    first_pass = variants[:1] if top else variants
+                    runs += [(n, s, o) for s in _splits(kernel, problem, env) for o in first_pass or [0]]
                 for n, split, opts in runs:
                     m = measure(n, split, opts, problem, op, op_key, data, best_ms)
                     if m is None:

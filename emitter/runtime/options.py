@@ -192,7 +192,8 @@ def launch_key(cfg: Any, m: int, n: int, options: int) -> tuple[Any, ...] | None
     the swizzle by the smaller side of the tile grid (swizzle 8 needs at least 6 tiles a side, 4 needs 3) and
     resolves `heuristic` to along M when the grid has more columns than rows (tile_scheduler_params.h,
     CUTLASS 4.2). None where this is not modelled (2.x kernels, the stream-K scheduler): time every variant."""
-    if getattr(cfg, "arch", "") != "sm90a" or not getattr(cfg, "persistent", False) or not getattr(cfg, "cluster", None):
+    modelled = getattr(cfg, "arch", "") == "sm90a" and getattr(cfg, "persistent", False)
+    if not modelled or not getattr(cfg, "cluster", None):
         return None
     o = SchedulerOptions.decode(options) if options else SchedulerOptions()
     swizzle = o.swizzle if o.swizzle is not None else int(cfg.swizzle)
