@@ -122,9 +122,25 @@ def summarize(profile_json: Path) -> dict:
     best = [r for r in data["rows"] if r.get("best")]
     base = {(r["op"], r["m"], r["n"], r["k"]): r for r in data["rows"] if r["kind"] == "baseline"}
     ops: dict[str, list[dict]] = {}
+    # the head-to-head confirmation beside profile.json (emitter.profile.confirm), when the run has one: the
+    # winner and the baseline timed in alternating rounds; its ratio and times replace the sweep's
+    cpath = profile_json.parent / "confirm.json"
+    conf = {}
+    if cpath.is_file():
+        c = json.loads(cpath.read_text())
+        conf = {(r["op"], r["m"], r["n"], r["k"], r["kernel"], r["split_k"], r["options"]): (r, c["rounds"])
+                for r in c["rows"] if r.get("status") == "ok"}
     for r in sorted(best, key=lambda r: (r["op"], r["m"] * r["n"] * r["k"], r["m"], r["n"], r["k"])):
         b = base.get((r["op"], r["m"], r["n"], r["k"]), {})
         peak = DENSE_PEAK.get(r["a"])
+        hh = conf.get((r["op"], r["m"], r["n"], r["k"], r["name"], int(r.get("split_k") or 1), int(r.get("options") or 0)))
+        if hh:
+            flops = 2.0 * r["m"] * r["n"] * r["k"] * (r.get("batch") or 1)
+            row, rounds = hh
+            r = {**r, "tflops": round(flops / (row["kernel_ms"] * 1e-3) / 1e12, 2),
+                 "ratio_to_baseline": row["ratio"], "sweep_ratio": r["ratio_to_baseline"],
+                 "confirm": {"rounds": rounds, "min": row["ratio_min"], "max": row["ratio_max"]}}
+            b = {**b, "tflops": round(flops / (row["baseline_ms"] * 1e-3) / 1e12, 2)}
         ops.setdefault(r["op"], []).append({
             "m": r["m"], "n": r["n"], "k": r["k"], "kernel": r["name"], "split_k": int(r.get("split_k") or 1),
             "scheduler": r.get("scheduler") or "",
@@ -133,7 +149,8 @@ def summarize(profile_json: Path) -> dict:
             "tied": r.get("tied", False),
             # relative Frobenius error against the fp32 reference on the same inputs: ours, and the baseline's
             # (recorded since 2026-11-23; fp8 accumulation modes trade it for speed)
-            "rel_err": r.get("check_rel_err"), "baseline_rel_err": b.get("check_rel_err")})
+            "rel_err": r.get("check_rel_err"), "baseline_rel_err": b.get("check_rel_err"),
+            **({"sweep_ratio": r["sweep_ratio"], "confirm": r["confirm"]} if "confirm" in r else {})})
     return finish(ops, {(r["m"], r["n"], r["k"]) for r in data["rows"]}, data["environment"], data["baselines"])
 
 
@@ -340,10 +357,17 @@ def markdown(summary: dict, plots: list[str], notes: str) -> str:
                 "|---|---|---:|---:|---:|---:|" + ("---:|" if errors else "") + ("---|" if several else "")]
         for x in g["rows"]:
             kern = _kernel_text({"name": x["kernel"], "split_k": x["split_k"], "scheduler": x.get("scheduler")})
+            rng = f" [{x['confirm']['min']:.3f}-{x['confirm']['max']:.3f}]" if x.get("confirm") else ""
             out.append(f"| {x['m']}x{x['n']}x{x['k']} | `{kern}` | {x['tflops'] or 0:.1f} | {x['pct_peak'] or 0:.1f} | "
-                       f"{x['baseline_tflops'] or 0:.1f} | {x['ratio'] or 0:.3f}{' (tie)' if x['tied'] else ''} |"
+                       f"{x['baseline_tflops'] or 0:.1f} | {x['ratio'] or 0:.3f}{rng}{' (tie)' if x['tied'] else ''} |"
                        + (f" {_err(x.get('rel_err'))} / {_err(x.get('baseline_rel_err'))} |" if errors else "")
                        + (f" {x.get('run', '')} |" if several else ""))
+        if any(x.get("confirm") for x in g["rows"]):
+            out += ["", "Rows with a range were confirmed head to head (`emitter.profile.confirm`): after the sweep "
+                    "the winner and the baseline were timed back to back in alternating rounds on the same operands; "
+                    "the ratio is the median of the rounds' ratios, the range their lowest and highest, and TFLOP/s "
+                    "the medians of those timings. The sweep's own ratio (one baseline timing against the best of "
+                    "many kernel timings) is `sweep_ratio` in docs/perf/summary.json."]
         if errors:
             out += ["", "Error: relative Frobenius error of D against an fp32 reference (torch, no TF32) on the "
                     "same inputs, for the best kernel and for the baseline (`-`: not recorded by that run)."]
@@ -427,6 +451,9 @@ def main() -> int:
     ap.add_argument("--scheduler", default=None, metavar="YAML",
                     help="run-time scheduler options to time every kernel with too (the profile config's "
                          "`scheduler:`), e.g. '{swizzle: [null, 4], promotion_interval: [null, 8, 16]}'")
+    ap.add_argument("--confirm", type=int, default=5, metavar="ROUNDS",
+                    help="after the sweep, time each shape's winner against the baseline in ROUNDS alternating "
+                         "rounds (emitter.profile.confirm); the report takes that ratio (0: the sweep's own)")
     ap.add_argument("--skip-build", action="store_true", help="reuse the build in --gen")
     ap.add_argument("--stall-timeout", type=float, default=120.0, help="seconds before a hung kernel is killed")
     ap.add_argument("--resume", action="store_true",
@@ -495,6 +522,12 @@ def main() -> int:
     times["profile"] = times.get("profile", 0.0) + step(
         "profile", py + ["profile", str(config), "-o", str(out / "profile"), "--stall-timeout", str(args.stall_timeout)]
         + (["--resume"] if args.resume else []), out / "profile.log" if not args.resume else out / "profile.resume.log")
+    if args.confirm:
+        commands.append(f"python3 -m emitter.profile.confirm profile --rounds {args.confirm}")
+        times["confirm"] = times.get("confirm", 0.0) + step(
+            "confirm", [sys.executable, "-m", "emitter.profile.confirm", str(out / "profile"), "--rounds",
+                        str(args.confirm)] + (["--resume"] if args.resume else []),
+            out / "confirm.log", ok_codes=(0, 1, 2))   # a confirm that failed leaves the sweep's report
     (out / "run.json").write_text(json.dumps({"commands": commands, "times": times, "argv": sys.argv[1:],
                                               "date": first.get("date")}, indent=1))
     write_report(out, Path(args.doc).resolve() if args.doc else None, ROOT / args.notes if args.notes else None)

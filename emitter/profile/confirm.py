@@ -1,0 +1,180 @@
+"""Head-to-head confirmation of a finished profile: each (op, problem)'s chosen kernel against the baseline,
+timed in alternating rounds on the same operands.
+
+    python -m emitter.profile.confirm RESULTS/profile --rounds 5         # writes RESULTS/profile/confirm.json
+
+Why: a sweep times the baseline once per (op, problem), then every kernel and variant after it, seconds to
+minutes later. On a GPU at its power cap the clock follows the load and the card's temperature, so that one
+baseline figure and the best of many kernel figures were taken at different clocks; and the best of many
+noisy figures is biased low. Between two full H200 runs (2026-11-23d-top3 and 2026-11-24-c7517) the same
+kernel on the same shape moved by up to 9% while cuBLAS moved by 2%, and per-shape ratios by up to +-10%.
+Here the winner and the baseline are timed back to back, `rounds` times, the order swapped every round
+(baseline first in even rounds), each timing the profile's own method (warm-up, repeats, rotated inputs). The
+figure is the median of the per-round ratios (baseline time / kernel time), with their range beside it.
+The check is off: every winner passed it in the sweep, on these problems.
+
+Output (confirm.json, rewritten atomically after every (op, problem), so a run cut short keeps what it did and
+`--resume` goes on): {"rounds": R, "rows": [{op, m, n, k, batch, kernel, split_k, options, status, reason,
+kernel_ms, baseline_ms, ratio, ratio_min, ratio_max, samples: [[kernel_ms, baseline_ms], ...]}]}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from emitter.fsutil import atomic_write_json
+from emitter.profile.config import Problem, ProfileConfig
+from emitter.profile.records import OK, Measurement, Op
+
+CONFIRM_FILE = "confirm.json"
+
+
+class ConfirmError(Exception):
+    """The profile directory cannot be confirmed (no profile.json, no worker jobs)."""
+
+
+def winners(profile_dir: Path) -> list[dict[str, Any]]:
+    """The chosen kernel of each (op, problem) in profile.json, with its split-K count and scheduler options."""
+    pj = profile_dir / "profile.json"
+    if not pj.is_file():
+        raise ConfirmError(f"{pj}: not found (run `emitter profile` first, or give its output directory)")
+    rows = json.loads(pj.read_text(encoding="utf-8"))["rows"]
+    out = [{"op": r["op"], "m": r["m"], "n": r["n"], "k": r["k"], "batch": r.get("batch", 1), "kernel": r["name"],
+            "split_k": int(r.get("split_k") or 1), "options": int(r.get("options") or 0)}
+           for r in rows if r.get("best") and r["kind"] == "kernel"]
+    return sorted(out, key=lambda w: (w["m"], w["n"], w["k"], w["batch"], w["op"]))
+
+
+def _jobs(profile_dir: Path) -> tuple[ProfileConfig, dict[str, dict[str, Any]]]:
+    jobs = sorted((profile_dir / "work").glob("shard*.job.json"))
+    if not jobs:
+        raise ConfirmError(f"{profile_dir / 'work'}: no worker jobs (shard*.job.json) to load the kernels from")
+    job = json.loads(jobs[0].read_text(encoding="utf-8"))
+    return ProfileConfig.from_json(job["config"]), {i["entry"]["name"]: i for i in job["instances"]}
+
+
+def _median(xs: list[float]) -> float:
+    return float(statistics.median(xs))
+
+
+def run(profile_dir: Path, rounds: int = 5, backend: str = "pycuda", gpu: int = 0, resume: bool = False,
+        engine_factory: Callable[[ProfileConfig, int], Any] | None = None,
+        say: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Confirm every winner of `profile_dir` (see module doc); returns what confirm.json holds."""
+    if rounds < 1:
+        raise ConfirmError(f"rounds must be at least 1 (got {rounds})")
+    say = say or (lambda s: print(s, file=sys.stderr, flush=True))
+    todo = winners(profile_dir)
+    config, instances = _jobs(profile_dir)
+    config = config.replace(check=False)
+    baseline = (config.baselines or ("cublas",))[0]
+    out_path = profile_dir / CONFIRM_FILE
+    done: dict[tuple, dict[str, Any]] = {}
+    if resume and out_path.is_file():
+        old = json.loads(out_path.read_text(encoding="utf-8"))
+        if old.get("rounds") == rounds:
+            done = {_key(r): r for r in old.get("rows", []) if r.get("status") == OK}
+    result: dict[str, Any] = {"rounds": rounds, "method": "median over rounds of baseline_ms / kernel_ms; order "
+                              "swapped each round (baseline first in even rounds); check off", "rows": []}
+    if engine_factory is not None:
+        engine = engine_factory(config, gpu)
+    elif backend == "fake":
+        from emitter.profile.worker import FakeEngine
+        engine = FakeEngine(config, gpu)
+    else:
+        from emitter.profile.worker import GpuEngine
+        engine = GpuEngine(config, gpu)
+    loaded: dict[str, Any] = {}
+    for w in todo:
+        if _key(w) in done:
+            result["rows"].append(done[_key(w)])
+            continue
+        row = {**w, "status": OK, "reason": None}
+        try:
+            row.update(_one(engine, config, instances, loaded, w, baseline, rounds))
+        except Exception as e:      # noqa: BLE001 - recorded per row; a poisoned context ends the run below
+            status, fatal = engine.classify(e)
+            row.update(status=status, reason=f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}")
+            result["rows"].append(row)
+            atomic_write_json(out_path, result)
+            if fatal:
+                say(f"confirm: CUDA fault on {w['kernel']} {_pkey(w)}: {row['reason']}; stopping (rerun with --resume)")
+                break
+            continue
+        result["rows"].append(row)
+        atomic_write_json(out_path, result)
+        say(f"confirm {_pkey(w):>20} {w['op'][:28]:<28} ratio {row['ratio']:.3f} "
+            f"[{row['ratio_min']:.3f}, {row['ratio_max']:.3f}]  {row['kernel_ms'] * 1e3:9.1f} us vs "
+            f"{row['baseline_ms'] * 1e3:9.1f} us")
+    atomic_write_json(out_path, result)
+    return result
+
+
+def _key(r: dict[str, Any]) -> tuple:
+    return (r["op"], r["m"], r["n"], r["k"], r.get("batch", 1), r["kernel"], r["split_k"], r["options"])
+
+
+def _pkey(w: dict[str, Any]) -> str:
+    return f"{w['m']}x{w['n']}x{w['k']}" + (f"x{w['batch']}" if w.get("batch", 1) != 1 else "")
+
+
+def _one(engine: Any, config: ProfileConfig, instances: dict[str, dict[str, Any]], loaded: dict[str, Any],
+         w: dict[str, Any], baseline: str, rounds: int) -> dict[str, Any]:
+    inst = instances.get(w["kernel"])
+    if inst is None:
+        raise ConfirmError(f"{w['kernel']}: not among the profiled instances")
+    if w["kernel"] not in loaded:
+        loaded[w["kernel"]] = engine.load(Path(inst["root"]), inst["entry"])
+    kernel = loaded[w["kernel"]]
+    op = Op.from_config(inst["entry"]["config"])
+    problem = Problem(w["m"], w["n"], w["k"], w.get("batch", 1))
+    data = engine.prepare(op, problem)
+    samples: list[list[float]] = []
+    try:
+        for r in range(rounds):
+            pair: dict[str, float] = {}
+            for who in (("baseline", "kernel") if r % 2 == 0 else ("kernel", "baseline")):
+                if who == "baseline":
+                    m = engine.baseline(data, baseline)
+                else:
+                    m = engine.kernel(kernel, data, Measurement("kernel", w["kernel"], "emitter", op, problem,
+                                                                split_k=w["split_k"], options=w["options"]))
+                if not m.ok:
+                    raise RuntimeError(f"{who} {m.status}: {m.reason}")
+                pair[who] = m.stats.median_ms
+            samples.append([pair["kernel"], pair["baseline"]])
+    finally:
+        try:
+            engine.release(data)
+        except Exception:       # noqa: BLE001
+            pass
+    ratios = [b / k for k, b in samples]
+    return {"kernel_ms": _median([k for k, _ in samples]), "baseline_ms": _median([b for _, b in samples]),
+            "ratio": _median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios), "samples": samples}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m emitter.profile.confirm", description=__doc__.split("\n\n")[0])
+    ap.add_argument("profile_dir", type=Path, help="an `emitter profile` output directory (profile.json, work/)")
+    ap.add_argument("--rounds", type=int, default=5, help="alternating rounds per (op, problem) (default 5)")
+    ap.add_argument("--backend", choices=("pycuda", "fake"), default="pycuda")
+    ap.add_argument("--resume", action="store_true", help="keep the rows confirm.json already has")
+    a = ap.parse_args(argv)
+    try:
+        res = run(a.profile_dir, a.rounds, a.backend, resume=a.resume)
+    except ConfirmError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    bad = [r for r in res["rows"] if r["status"] != OK]
+    print(f"confirmed {len(res['rows']) - len(bad)} of {len(res['rows'])} (op, problem) winners, "
+          f"{res['rounds']} rounds each -> {a.profile_dir / CONFIRM_FILE}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""Head-to-head confirmation (emitter.profile.confirm) on a fake profile run: which launches it times, in
+which order, the figure it reports, resume, a fault, and the benchmark report that takes its ratios."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from emitter.profile import confirm
+from emitter.profile.worker import FakeEngine
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory):
+    """A finished fake profile: bf16 + fp8 sm90a kernels on two problems, with a run-time swizzle variant."""
+    from emitter.cli import main
+    from emitter.emit import emit
+
+    tmp = tmp_path_factory.mktemp("confirm")
+    gen = tmp / "gen"
+    emit([ROOT / "configs/gemm/sm90a_bf16.yaml", ROOT / "configs/gemm/sm90a_fp8.yaml"], gen)
+    cfg = tmp / "p.yaml"
+    cfg.write_text(f"manifests: [{gen}]\nproblems: [{{square: 1024}}, {{m: 128, n: 4096, k: 4096}}]\n"
+                   f"timing: {{iterations: 10, repeats: 2}}\nscheduler: {{swizzle: [null, 4]}}\n"
+                   f"output: {{dir: {tmp / 'run' / 'profile'}, plots: false}}\n")
+    res = CliRunner().invoke(main, ["profile", str(cfg), "--backend", "fake"])
+    assert res.exit_code == 0, res.output
+    return tmp / "run" / "profile"
+
+
+class Drifting(FakeEngine):
+    """The fake engine with a clock that drifts: every timing is 1% slower than the one before, whoever runs.
+    Records what it timed, in order."""
+
+    def __init__(self, config, gpu, fail_on: str | None = None, fatal: bool = False):
+        super().__init__(config, gpu)
+        self.calls: list[tuple] = []
+        self.fail_on, self.fatal = fail_on, fatal
+
+    def _drift(self, m):
+        from dataclasses import replace
+        m.stats = replace(m.stats, median_ms=m.stats.median_ms * (1.01 ** len(self.calls)))
+        return m
+
+    def baseline(self, data, name):
+        self.calls.append(("baseline", data["problem"].key, data["op"].key))
+        return self._drift(super().baseline(data, name))
+
+    def kernel(self, kernel, data, m, prune_ms=None):
+        from emitter.runtime.backend import CudaFault
+
+        self.calls.append(("kernel", m.name, data["problem"].key, m.split_k, m.options, self.config.check))
+        if self.fail_on and self.fail_on in m.name:
+            if self.fatal:
+                raise CudaFault("an illegal memory access was encountered")
+            raise RuntimeError("launch refused")
+        return self._drift(super().kernel(kernel, data, m, prune_ms))
+
+
+def test_confirms_each_winner_alternating_with_the_baseline(profiled):
+    wins = confirm.winners(profiled)
+    rows = json.loads((profiled / "profile.json").read_text())["rows"]
+    best = {(r["op"], r["m"], r["n"], r["k"]): (r["name"], r["split_k"], r["options"])
+            for r in rows if r.get("best")}
+    # one winner per (op, problem): 3 ops (bf16, fp8, fp8 fast accumulation) x 2 problems
+    assert len(wins) == 6 and {(w["op"], w["m"], w["n"], w["k"]): (w["kernel"], w["split_k"], w["options"])
+                               for w in wins} == best
+    engines = []
+
+    def factory(cfg, gpu):
+        engines.append(Drifting(cfg, gpu))
+        return engines[0]
+
+    res = confirm.run(profiled, rounds=4, engine_factory=factory, say=lambda s: None)
+    calls = engines[0].calls
+    assert len(calls) == 6 * 4 * 2 and len(res["rows"]) == 6
+    first = calls[:8]           # the first winner: baseline first in even rounds, kernel first in odd ones
+    assert [c[0] for c in first] == ["baseline", "kernel", "kernel", "baseline"] * 2
+    w0 = wins[0]
+    # the winner itself, at its split-K count and run-time options, with the check off
+    assert all(c[1:] == (w0["kernel"], f"{w0['m']}x{w0['n']}x{w0['k']}", w0["split_k"], w0["options"], False)
+               for c in first if c[0] == "kernel")
+    for r in res["rows"]:
+        assert r["status"] == "ok" and len(r["samples"]) == 4
+        ratios = [b / k for k, b in r["samples"]]
+        assert r["ratio"] == pytest.approx(statistics.median(ratios))
+        assert r["ratio_min"] == min(ratios) and r["ratio_max"] == max(ratios)
+        assert r["kernel_ms"] == pytest.approx(statistics.median(k for k, _ in r["samples"]))
+    # the drift favours whoever runs first; alternating, the per-round ratios straddle the drift-free one
+    r0 = res["rows"][0]
+    assert r0["ratio_min"] < r0["ratio"] < r0["ratio_max"]
+    assert json.loads((profiled / confirm.CONFIRM_FILE).read_text()) == json.loads(json.dumps(res))
+
+
+def test_a_failed_winner_is_recorded_and_a_fault_stops_the_run_for_resume(profiled, tmp_path):
+    import shutil
+
+    out = tmp_path / "res"
+    shutil.copytree(profiled, out)
+    (out / confirm.CONFIRM_FILE).unlink(missing_ok=True)
+    wins = confirm.winners(out)
+    victim = wins[2]["kernel"]
+    engine = Drifting
+    res = confirm.run(out, rounds=2, engine_factory=lambda c, g: engine(c, g, fail_on=victim), say=lambda s: None)
+    failed = [r for r in res["rows"] if r["status"] != "ok"]
+    assert failed and all(r["kernel"] == victim and "launch refused" in r["reason"] for r in failed)
+    assert len(res["rows"]) == 6          # not fatal: the others go on
+
+    (out / confirm.CONFIRM_FILE).unlink()
+    said = []
+    res = confirm.run(out, rounds=2, engine_factory=lambda c, g: engine(c, g, fail_on=victim, fatal=True),
+                      say=said.append)
+    stop = next(i for i, r in enumerate(res["rows"]) if r["status"] != "ok")
+    assert res["rows"][stop]["status"] == "fault" and len(res["rows"]) == stop + 1 and "stopping" in said[-1]
+    # --resume keeps the confirmed rows and times the rest
+    fresh: list[Drifting] = []
+
+    def factory(c, g):
+        fresh.append(Drifting(c, g))
+        return fresh[-1]
+
+    again = confirm.run(out, rounds=2, engine_factory=factory, resume=True, say=lambda s: None)
+    assert [r["status"] for r in again["rows"]] == ["ok"] * 6
+    assert again["rows"][:stop] == res["rows"][:stop]
+    assert len(fresh[0].calls) == (6 - stop) * 2 * 2
+
+
+def test_cli_and_errors(profiled, tmp_path, capsys):
+    assert confirm.main([str(tmp_path)]) == 2
+    assert "profile.json: not found" in capsys.readouterr().err
+    assert confirm.main([str(profiled), "--rounds", "0", "--backend", "fake"]) == 2
+    assert confirm.main([str(profiled), "--rounds", "2", "--backend", "fake"]) == 0
+    assert "confirmed 6 of 6" in capsys.readouterr().out
+
+
+def test_benchmark_report_takes_the_head_to_head_ratio(profiled):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import profile_sm90a as bench
+    finally:
+        sys.path.pop(0)
+    confirm.run(profiled, rounds=3, engine_factory=lambda c, g: Drifting(c, g), say=lambda s: None)
+    conf = {(r["op"], r["m"], r["n"], r["k"]): r for r in json.loads((profiled / confirm.CONFIRM_FILE).read_text())["rows"]}
+    s = bench.summarize(profiled / "profile.json")
+    for op, g in s["ops"].items():
+        for x in g["rows"]:
+            c = conf[(op, x["m"], x["n"], x["k"])]
+            assert x["ratio"] == pytest.approx(c["ratio"]) and x["sweep_ratio"] != x["ratio"]
+            assert x["confirm"] == {"rounds": 3, "min": c["ratio_min"], "max": c["ratio_max"]}
+            flops = 2 * x["m"] * x["n"] * x["k"]
+            assert x["tflops"] == pytest.approx(flops / (c["kernel_ms"] * 1e-3) / 1e12, rel=1e-3)
+        assert g["geomean"] == pytest.approx(statistics.geometric_mean([x["ratio"] for x in g["rows"]]))
+
+
+def test_report_marks_confirmed_rows(profiled, tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import profile_sm90a as bench
+    finally:
+        sys.path.pop(0)
+    confirm.run(profiled, rounds=2, engine_factory=lambda c, g: Drifting(c, g), say=lambda s: None)
+    s = bench.load_run(profiled.parent)     # a run directory: profile/profile.json + profile/confirm.json
+    text = bench.markdown({**bench.merge_runs([s]), "runs": [s["run"]]}, [], "")
+    x = s["ops"][next(iter(s["ops"]))]["rows"][0]
+    assert f"{x['ratio']:.3f} [{x['confirm']['min']:.3f}-{x['confirm']['max']:.3f}]" in text
+    assert "confirmed head to head" in text
