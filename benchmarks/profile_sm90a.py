@@ -139,7 +139,8 @@ def summarize(profile_json: Path) -> dict:
             row, rounds = hh
             r = {**r, "tflops": round(flops / (row["kernel_ms"] * 1e-3) / 1e12, 2),
                  "ratio_to_baseline": row["ratio"], "sweep_ratio": r["ratio_to_baseline"],
-                 "confirm": {"rounds": rounds, "min": row["ratio_min"], "max": row["ratio_max"]}}
+                 "confirm": {"rounds": rounds, "min": row["ratio_min"], "max": row["ratio_max"],
+                             **({"shared": True} if row.get("shared_with") else {})}}
             b = {**b, "tflops": round(flops / (row["baseline_ms"] * 1e-3) / 1e12, 2)}
         ops.setdefault(r["op"], []).append({
             "m": r["m"], "n": r["n"], "k": r["k"], "kernel": r["name"], "split_k": int(r.get("split_k") or 1),
@@ -357,7 +358,8 @@ def markdown(summary: dict, plots: list[str], notes: str) -> str:
                 "|---|---|---:|---:|---:|---:|" + ("---:|" if errors else "") + ("---|" if several else "")]
         for x in g["rows"]:
             kern = _kernel_text({"name": x["kernel"], "split_k": x["split_k"], "scheduler": x.get("scheduler")})
-            rng = f" [{x['confirm']['min']:.3f}-{x['confirm']['max']:.3f}]" if x.get("confirm") else ""
+            rng = (f" [{x['confirm']['min']:.3f}-{x['confirm']['max']:.3f}]"
+                   + (" **shared GPU**" if x["confirm"].get("shared") else "")) if x.get("confirm") else ""
             out.append(f"| {x['m']}x{x['n']}x{x['k']} | `{kern}` | {x['tflops'] or 0:.1f} | {x['pct_peak'] or 0:.1f} | "
                        f"{x['baseline_tflops'] or 0:.1f} | {x['ratio'] or 0:.3f}{rng}{' (tie)' if x['tied'] else ''} |"
                        + (f" {_err(x.get('rel_err'))} / {_err(x.get('baseline_rel_err'))} |" if errors else "")
@@ -366,7 +368,8 @@ def markdown(summary: dict, plots: list[str], notes: str) -> str:
             out += ["", "Rows with a range were confirmed head to head (`emitter.profile.confirm`): after the sweep "
                     "the winner and the baseline were timed back to back in alternating rounds on the same operands; "
                     "the ratio is the median of the rounds' ratios, the range their lowest and highest, and TFLOP/s "
-                    "the medians of those timings. The sweep's own ratio (one baseline timing against the best of "
+                    "the medians of those timings (**shared GPU**: another process held the GPU while it was "
+                    "timed, by nvidia-smi; not a figure of the card). The sweep's own ratio (one baseline timing against the best of "
                     "many kernel timings) is `sweep_ratio` in docs/perf/summary.json."]
         if errors:
             out += ["", "Error: relative Frobenius error of D against an fp32 reference (torch, no TF32) on the "

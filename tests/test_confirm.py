@@ -171,3 +171,51 @@ def test_report_marks_confirmed_rows(profiled, tmp_path):
     x = s["ops"][next(iter(s["ops"]))]["rows"][0]
     assert f"{x['ratio']:.3f} [{x['confirm']['min']:.3f}-{x['confirm']['max']:.3f}]" in text
     assert "confirmed head to head" in text
+
+
+def test_other_gpu_processes_by_nvidia_smi(tmp_path, monkeypatch):
+    from emitter.profile import device
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert device.other_compute_processes() is None            # no nvidia-smi: cannot say
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho \"$@\" > " + str(tmp_path / "args") + "\n"
+                   "printf '4242, python3, 1200\\n777, /usr/bin/bench, 300\\n'\n")
+    smi.chmod(0o755)
+    got = device.other_compute_processes(3, own={4242})
+    assert got == [{"pid": "777", "name": "/usr/bin/bench", "used_mib": "300"}]
+    args = (tmp_path / "args").read_text()
+    assert "--id=3" in args and "--query-compute-apps=pid,process_name,used_memory" in args
+    smi.write_text("#!/bin/sh\nprintf ''\n")
+    assert device.other_compute_processes() == []
+
+
+def test_a_row_timed_beside_another_process_is_marked(profiled, tmp_path):
+    import shutil
+
+    out = tmp_path / "run" / "profile"
+    shutil.copytree(profiled, out)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import profile_sm90a as bench
+    finally:
+        sys.path.pop(0)
+    n = {"calls": 0}
+
+    def watch():            # a neighbour appears after the first row's rounds and stays
+        n["calls"] += 1
+        return {"smi": {"sm_clock_mhz": "1755", "power_w": "690"},
+                "others": [] if n["calls"] == 1 else [{"pid": "777", "name": "bench", "used_mib": "300"}]}
+
+    said: list[str] = []
+    res = confirm.run(out, rounds=2, engine_factory=lambda c, g: Drifting(c, g), say=said.append, watch=watch)
+    first, second = res["rows"][0], res["rows"][1]
+    assert first["shared_with"] == [{"pid": "777", "name": "bench", "used_mib": "300"}]   # seen after its rounds
+    assert "shared_with" in second and first["gpu"]["before"]["sm_clock_mhz"] == "1755"
+    assert any("WARNING: 777 bench also on the GPU" in s for s in said)
+    s = bench.load_run(out.parent)
+    text = bench.markdown({**bench.merge_runs([s]), "runs": [s["run"]]}, [], "")
+    assert "**shared GPU**" in text
+    clean = confirm.run(out, rounds=2, engine_factory=lambda c, g: Drifting(c, g), say=lambda s: None,
+                        watch=lambda: {"smi": {}, "others": []})
+    assert not any("shared_with" in r for r in clean["rows"])

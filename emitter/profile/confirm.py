@@ -11,17 +11,22 @@ kernel on the same shape moved by up to 9% while cuBLAS moved by 2%, and per-sha
 Here the winner and the baseline are timed back to back, `rounds` times, the order swapped every round
 (baseline first in even rounds), each timing the profile's own method (warm-up, repeats, rotated inputs). The
 figure is the median of the per-round ratios (baseline time / kernel time), with their range beside it.
-The check is off: every winner passed it in the sweep, on these problems.
+The check is off: every winner passed it in the sweep, on these problems. Around each row nvidia-smi is read
+(read-only): SM clock, power and temperature before and after, and any other process holding the GPU; a row
+timed beside another process is marked `shared_with` and a warning is printed (a 2026-11-24 run showed what
+such a neighbour does to a baseline timing: 2.64x in the sweep, 0.978x head to head).
 
 Output (confirm.json, rewritten atomically after every (op, problem), so a run cut short keeps what it did and
 `--resume` goes on): {"rounds": R, "rows": [{op, m, n, k, batch, kernel, split_k, options, status, reason,
-kernel_ms, baseline_ms, ratio, ratio_min, ratio_max, samples: [[kernel_ms, baseline_ms], ...]}]}.
+kernel_ms, baseline_ms, ratio, ratio_min, ratio_max, samples: [[kernel_ms, baseline_ms], ...], gpu: {before, after}
+(nvidia-smi readings), shared_with (only when another process was on the GPU)}]}.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -64,7 +69,8 @@ def _median(xs: list[float]) -> float:
 
 def run(profile_dir: Path, rounds: int = 5, backend: str = "pycuda", gpu: int = 0, resume: bool = False,
         engine_factory: Callable[[ProfileConfig, int], Any] | None = None,
-        say: Callable[[str], None] | None = None) -> dict[str, Any]:
+        say: Callable[[str], None] | None = None,
+        watch: Callable[[], dict[str, Any]] | None = None) -> dict[str, Any]:
     """Confirm every winner of `profile_dir` (see module doc); returns what confirm.json holds."""
     if rounds < 1:
         raise ConfirmError(f"rounds must be at least 1 (got {rounds})")
@@ -90,13 +96,29 @@ def run(profile_dir: Path, rounds: int = 5, backend: str = "pycuda", gpu: int = 
         from emitter.profile.worker import GpuEngine
         engine = GpuEngine(config, gpu)
     loaded: dict[str, Any] = {}
+    if watch is None:
+        from emitter.profile.device import nvidia_smi, other_compute_processes
+
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        index = int(visible) if visible.strip().isdigit() else gpu     # nvidia-smi counts physical GPUs
+
+        def watch() -> dict[str, Any]:   # clock, power, temperature and other GPU processes, around each row
+            return {"smi": nvidia_smi(index), "others": other_compute_processes(index)}
     for w in todo:
         if _key(w) in done:
             result["rows"].append(done[_key(w)])
             continue
         row = {**w, "status": OK, "reason": None}
+        before = watch()
         try:
             row.update(_one(engine, config, instances, loaded, w, baseline, rounds))
+            after = watch()
+            row["gpu"] = {"before": before["smi"], "after": after["smi"]}
+            others = {p["pid"]: p for p in (before["others"] or []) + (after["others"] or [])}
+            if others:   # another process had the GPU: its timings are not the card's
+                row["shared_with"] = list(others.values())
+                say(f"confirm: WARNING: {', '.join(p['pid'] + ' ' + p['name'] for p in others.values())} also "
+                    f"on the GPU while {_pkey(w)} was timed: its ratio is not the card's")
         except Exception as e:      # noqa: BLE001 - recorded per row; a poisoned context ends the run below
             status, fatal = engine.classify(e)
             row.update(status=status, reason=f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}")

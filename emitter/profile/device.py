@@ -71,6 +71,24 @@ def nvidia_smi(index: int | None = None) -> dict[str, Any]:
                      "power_w"], vals))
 
 
+def other_compute_processes(index: int | None = None, own: set[int] | None = None) -> list[dict[str, str]] | None:
+    """Processes other than `own` (default: this one) that hold a CUDA context on the GPU, by nvidia-smi
+    (read-only); None when nvidia-smi cannot say. A timing taken beside one of them is not a timing of the card."""
+    argv = ["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader,nounits"]
+    if index is not None:
+        argv.insert(1, f"--id={index}")
+    text = _run(argv)
+    if text is None:
+        return None
+    own = own if own is not None else {os.getpid()}
+    out = []
+    for line in text.strip().splitlines():
+        vals = [v.strip() for v in line.split(",")]
+        if len(vals) >= 2 and vals[0].isdigit() and int(vals[0]) not in own:
+            out.append(dict(zip(["pid", "name", "used_mib"], vals)))
+    return out
+
+
 def nvcc_version() -> str | None:
     text = _run(["nvcc", "--version"])
     if not text:
