@@ -401,6 +401,11 @@ def write_report(sources: Path | list[Path], doc: Path | None, notes_file: Path 
     (+ .tuning.json), the record of each run, so the report can be written again without the run directories."""
     sources = [sources] if isinstance(sources, Path) else list(sources)
     records = [load_run(src) for src in sources]
+    # a run given twice (its saved record in docs/perf/runs/ and its directory, `make perf-doc RUN=<dir>` after a
+    # first report) is one run: the later source stands in for it
+    last = {rec["run"]["label"]: i for i, rec in enumerate(records)}
+    keep = [i for i, rec in enumerate(records) if last[rec["run"]["label"]] == i]
+    sources, records = [sources[i] for i in keep], [records[i] for i in keep]
     summary = merge_runs(records)
     for src, rec in zip(sources, records):
         if src.is_dir():

@@ -145,6 +145,10 @@ def test_report_over_several_runs_takes_each_shape_from_the_latest_run(tmp_path)
     bench.write_report(sorted(p for p in (again.parent / "perf" / "runs").glob("*.json")
                               if not p.name.endswith(".tuning.json")), again, None)
     assert again.read_text() == text
+    # `make perf-doc RUN=<dir>` after the first report: the run's saved record and its directory are one run
+    saved = sorted(p for p in (doc.parent / "perf" / "runs").glob("*.json") if not p.name.endswith(".tuning.json"))
+    bench.write_report(saved + [large], again, None)
+    assert again.read_text() == text and again.read_text().count("cmd large") == 1
 
 
 def test_a_run_whose_every_row_was_replaced_is_named_not_described(tmp_path):
