@@ -35,6 +35,7 @@ from typing import Any, Callable
 from emitter.fsutil import atomic_write_json
 from emitter.profile.config import Problem, ProfileConfig
 from emitter.profile.records import OK, Measurement, Op
+from emitter.profile.worker import _short
 
 CONFIRM_FILE = "confirm.json"
 
@@ -121,7 +122,7 @@ def run(profile_dir: Path, rounds: int = 5, backend: str = "pycuda", gpu: int = 
                     f"on the GPU while {_pkey(w)} was timed: its ratio is not the card's")
         except Exception as e:      # noqa: BLE001 - recorded per row; a poisoned context ends the run below
             status, fatal = engine.classify(e)
-            row.update(status=status, reason=f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}")
+            row.update(status=status, reason=_short(e))
             result["rows"].append(row)
             atomic_write_json(out_path, result)
             if fatal:
