@@ -36,35 +36,31 @@ def profiled(tmp_path_factory):
 
 
 class Drifting(FakeEngine):
-    """The fake engine with a clock that drifts: every timing is 1% slower than the one before, whoever runs.
-    Records what it timed, in order."""
+    """The fake engine with a clock that drifts: each head-to-head round is 1% slower than the one before, for
+    both sides alike (they are timed launch by launch, so they share the clock), and a baseline 3% slower head
+    to head than in the sweep. Records what it timed."""
 
     def __init__(self, config, gpu, fail_on: str | None = None, fatal: bool = False):
         super().__init__(config, gpu)
         self.calls: list[tuple] = []
         self.fail_on, self.fatal = fail_on, fatal
 
-    def _drift(self, m):
+    def head_to_head(self, kernel, data, m, baseline):
         from dataclasses import replace
-        m.stats = replace(m.stats, median_ms=m.stats.median_ms * (1.01 ** len(self.calls)))
-        return m
 
-    def baseline(self, data, name):
-        self.calls.append(("baseline", data["problem"].key, data["op"].key))
-        return self._drift(super().baseline(data, name))
-
-    def kernel(self, kernel, data, m, prune_ms=None):
         from emitter.runtime.backend import CudaFault
 
-        self.calls.append(("kernel", m.name, data["problem"].key, m.split_k, m.options, self.config.check))
+        self.calls.append((m.name, data["problem"].key, m.split_k, m.options, self.config.check, baseline))
         if self.fail_on and self.fail_on in m.name:
             if self.fatal:
                 raise CudaFault("an illegal memory access was encountered")
             raise RuntimeError("launch refused")
-        return self._drift(super().kernel(kernel, data, m, prune_ms))
+        drift = 1.01 ** len(self.calls)
+        k, b = super().head_to_head(kernel, data, m, baseline)
+        return replace(k, median_ms=k.median_ms * drift), replace(b, median_ms=b.median_ms * drift * 1.03)
 
 
-def test_confirms_each_winner_alternating_with_the_baseline(profiled):
+def test_confirms_each_winner_head_to_head_with_the_baseline(profiled):
     wins = confirm.winners(profiled)
     rows = json.loads((profiled / "profile.json").read_text())["rows"]
     best = {(r["op"], r["m"], r["n"], r["k"]): (r["name"], r["split_k"], r["options"])
@@ -80,22 +76,19 @@ def test_confirms_each_winner_alternating_with_the_baseline(profiled):
 
     res = confirm.run(profiled, rounds=4, engine_factory=factory, say=lambda s: None)
     calls = engines[0].calls
-    assert len(calls) == 6 * 4 * 2 and len(res["rows"]) == 6
-    first = calls[:8]           # the first winner: baseline first in even rounds, kernel first in odd ones
-    assert [c[0] for c in first] == ["baseline", "kernel", "kernel", "baseline"] * 2
+    assert len(calls) == 6 * 4 and len(res["rows"]) == 6 and res["method"] == confirm.METHOD
     w0 = wins[0]
-    # the winner itself, at its split-K count and run-time options, with the check off
-    assert all(c[1:] == (w0["kernel"], f"{w0['m']}x{w0['n']}x{w0['k']}", w0["split_k"], w0["options"], False)
-               for c in first if c[0] == "kernel")
+    # the winner itself, at its split-K count and run-time options, with the check off, against cuBLAS
+    assert calls[:4] == [(w0["kernel"], f"{w0['m']}x{w0['n']}x{w0['k']}", w0["split_k"], w0["options"], False,
+                          "cublas")] * 4
     for r in res["rows"]:
         assert r["status"] == "ok" and len(r["samples"]) == 4
         ratios = [b / k for k, b in r["samples"]]
         assert r["ratio"] == pytest.approx(statistics.median(ratios))
         assert r["ratio_min"] == min(ratios) and r["ratio_max"] == max(ratios)
         assert r["kernel_ms"] == pytest.approx(statistics.median(k for k, _ in r["samples"]))
-    # the drift favours whoever runs first; alternating, the per-round ratios straddle the drift-free one
-    r0 = res["rows"][0]
-    assert r0["ratio_min"] < r0["ratio"] < r0["ratio_max"]
+        # each round's ratio pairs that round's two figures: a drift both sides share leaves it as it is
+        assert r["ratio_min"] == pytest.approx(r["ratio_max"])
     assert json.loads((profiled / confirm.CONFIRM_FILE).read_text()) == json.loads(json.dumps(res))
 
 
@@ -129,7 +122,7 @@ def test_a_failed_winner_is_recorded_and_a_fault_stops_the_run_for_resume(profil
     again = confirm.run(out, rounds=2, engine_factory=factory, resume=True, say=lambda s: None)
     assert [r["status"] for r in again["rows"]] == ["ok"] * 6
     assert again["rows"][:stop] == res["rows"][:stop]
-    assert len(fresh[0].calls) == (6 - stop) * 2 * 2
+    assert len(fresh[0].calls) == (6 - stop) * 2
 
 
 def test_cli_and_errors(profiled, tmp_path, capsys):

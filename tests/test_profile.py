@@ -122,6 +122,59 @@ def test_warm_up_by_count_only():
     assert warm_up(q.launch, q.synchronize, 0, None, clock=q.clock) == 1    # at least one: module load
 
 
+
+def test_interleave_alternates_launch_by_launch_and_shares_the_clock():
+    """EventTimer.interleave on a simulated GPU whose clock slows 0.2% with every launch: a kernel of 1.0 and a
+    baseline of 1.1 time units come out 1.1x apart, as they are; timed one after the other (measure, twice) the
+    drift adds itself to the second. Launches alternate with the lead swapped each pair, every launch between
+    its own events, and consecutive launches never share an input set."""
+    from types import SimpleNamespace
+
+    from emitter.profile.config import Timing
+    from emitter.profile.timing import EventTimer
+
+    gpu = {"t": 0.0, "n": 0}
+    log: list[tuple[str, int]] = []
+
+    class Event:
+        t = 0.0
+
+        def record(self, stream):
+            self.t = gpu["t"]
+            log.append(("event", -1))
+
+        def synchronize(self):
+            pass
+
+        def time_since(self, other):
+            return self.t - other.t
+
+    def fn(name, units):
+        def launch(i):
+            gpu["n"] += 1
+            gpu["t"] += units * (1 + 0.002 * gpu["n"])
+            log.append((name, i))
+        return launch
+
+    timer = EventTimer.__new__(EventTimer)
+    timer.drv, timer.stream, timer._events, timer._spin = SimpleNamespace(Event=Event), SimpleNamespace(
+        synchronize=lambda: None), [], None
+    timer.timing = Timing(warmup=4, iterations=30, repeats=2)
+    k, b = timer.interleave([fn("k", 1.0), fn("b", 1.1)], sets=3)
+    assert k.samples == b.samples == 60 and k.repeats == b.repeats == 2
+    assert b.median_ms / k.median_ms == pytest.approx(1.1, rel=0.01)
+    launches = [x for x in log if x[0] != "event"]
+    timed = launches[-120:]
+    assert [x[0] for x in timed[:8]] == ["k", "b", "b", "k", "k", "b", "b", "k"]
+    assert all(a[1] != c[1] for a, c in zip(timed, timed[1:]))          # never the set its predecessor read
+    # each timed launch sits between its own event pair
+    tail = log[-360:]
+    assert all(tail[i][0] == "event" and tail[i + 2][0] == "event" and tail[i + 1][0] in "kb"
+               for i in range(0, 360, 3))
+    seq_k = timer.measure(fn("k", 1.0), 3).stats.median_ms
+    seq_b = timer.measure(fn("b", 1.1), 3).stats.median_ms
+    assert seq_b / seq_k > 1.1 * 1.05         # what the alternation removes
+
 def test_config_json_round_trip():
     c = cfg_text(BASE + "gpus: [0, 2]\nselect: a=bf16\npeaks: {tflops: {bf16: 900}}\n")
     assert ProfileConfig.from_json(json.loads(json.dumps(c.to_json()))) == c
@@ -783,6 +836,27 @@ def test_event_timer_times_the_gpu_not_python():
     assert got.stats.samples == 150
 
 
+
+@pytest.mark.gpu
+def test_event_timer_interleave_on_the_gpu():
+    """Two spin kernels of 0.1 and 0.3 ms, interleaved launch by launch: each side's median is its own."""
+    import pycuda.autoprimaryctx  # noqa: F401
+    import pycuda.driver as drv
+
+    from emitter.profile.config import Timing
+    from emitter.profile.timing import EventTimer
+
+    stream = drv.Stream()
+    timer = EventTimer(stream, Timing(warmup=3, iterations=40, repeats=2))
+    spin = timer._spin
+
+    def launcher(ns):
+        return lambda i: spin.prepared_async_call((1, 1, 1), (1, 1, 1), stream, np.uint64(ns))
+
+    a, b = timer.interleave([launcher(100_000), launcher(300_000)], 2)
+    assert a.median_ms == pytest.approx(0.1, rel=0.1) and b.median_ms == pytest.approx(0.3, rel=0.1)
+    assert a.samples == b.samples == 80
+
 def test_fake_run_kills_a_hanging_kernel(manifest_dir, tmp_path):
     cfg = _fake_config(manifest_dir)
     pl = plan(cfg, select=("a=e4m3",))
@@ -844,6 +918,51 @@ def test_gpu_engine_kernel_flow_without_a_gpu(monkeypatch):
     assert m.status == CHECK_FAILED and "after the timed launches" in m.reason
     assert m.check["after_timing"]["mismatches"] == 9 and m.extra["workspace_reset_bytes"] == 256
 
+
+
+def test_gpu_engine_head_to_head_without_a_gpu(monkeypatch):
+    """GpuEngine.head_to_head interleaves the winner's launch (its split-K count and options) with cuBLAS's on
+    one stream and frees the kernel's launch state even when timing fails."""
+    import emitter.profile.baselines as bl
+    import emitter.profile.workload as wl
+    from emitter.profile.worker import GpuEngine
+
+    seen: dict = {}
+
+    class Launch:
+        def __init__(self, kernel, data, stream, split_k=1, options=0):
+            seen["launch"] = (stream, split_k, options)
+
+        def __call__(self, i):
+            pass
+
+        def free(self):
+            seen["freed"] = True
+
+    monkeypatch.setattr(wl, "KernelLaunch", Launch)
+    monkeypatch.setattr(bl, "cublas", lambda data, stream: (seen.update(cublas=stream),
+                                                            bl.BaselineLaunch("cublas", "x", lambda i: None))[1])
+    stats = TimingStats.from_samples([[1.0, 1.2]])
+
+    class Timer:
+        fail = False
+
+        def interleave(self, launches, sets):
+            seen["interleave"] = (len(launches), sets)
+            if self.fail:
+                raise RuntimeError("boom")
+            return stats, stats
+
+    eng = GpuEngine.__new__(GpuEngine)
+    eng.timer, eng.stream = Timer(), "S"
+    data = type("D", (), {"sets": [0, 1, 2]})()
+    got = eng.head_to_head(object(), data, Measurement("kernel", "k", "emitter", OP, P, split_k=3, options=5), "cublas")
+    assert got == (stats, stats) and seen == {"launch": ("S", 3, 5), "cublas": "S", "interleave": (2, 3), "freed": True}
+    seen.clear()
+    eng.timer.fail = True
+    with pytest.raises(RuntimeError, match="boom"):
+        eng.head_to_head(object(), data, Measurement("kernel", "k", "emitter", OP, P), "cublas")
+    assert seen["freed"]
 
 # ------------------------------------------------------------------------------------------ split-K sweep
 def test_split_k_candidates_fill_the_gpu_and_stop_at_two_waves():

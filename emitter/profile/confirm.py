@@ -1,5 +1,5 @@
 """Head-to-head confirmation of a finished profile: each (op, problem)'s chosen kernel against the baseline,
-timed in alternating rounds on the same operands.
+timed head to head, launch by launch, on the same operands.
 
     python -m emitter.profile.confirm RESULTS/profile --rounds 5         # writes RESULTS/profile/confirm.json
 
@@ -8,16 +8,19 @@ minutes later. On a GPU at its power cap the clock follows the load and the card
 baseline figure and the best of many kernel figures were taken at different clocks; and the best of many
 noisy figures is biased low. Between two full H200 runs (2026-11-23d-top3 and 2026-11-24-c7517) the same
 kernel on the same shape moved by up to 9% while cuBLAS moved by 2%, and per-shape ratios by up to +-10%.
-Here the winner and the baseline are timed back to back, `rounds` times, the order swapped every round
-(baseline first in even rounds), each timing the profile's own method (warm-up, repeats, rotated inputs). The
-figure is the median of the per-round ratios (baseline time / kernel time), with their range beside it.
+Here the winner and the baseline are timed head to head, `rounds` times: in each round their launches
+alternate one by one (kernel, baseline, baseline, kernel, ...; EventTimer.interleave), each between its own event
+pair, after a common warm-up, with the profile's inputs rotated past L2 over the whole sequence, so both sides
+see the same clock to within one launch. (Until 2026-11-24 each round timed one side and then the other, the
+profile's whole method apiece: back to back, the rounds' ratios still spread by 4-7% on an H200.) The figure is
+the median of the per-round ratios (the baseline's median launch time / the kernel's), with their range beside it.
 The check is off: every winner passed it in the sweep, on these problems. Around each row nvidia-smi is read
 (read-only): SM clock, power and temperature before and after, and any other process holding the GPU; a row
 timed beside another process is marked `shared_with` and a warning is printed (a 2026-11-24 run showed what
 such a neighbour does to a baseline timing: 2.64x in the sweep, 0.978x head to head).
 
 Output (confirm.json, rewritten atomically after every (op, problem), so a run cut short keeps what it did and
-`--resume` goes on): {"rounds": R, "rows": [{op, m, n, k, batch, kernel, split_k, options, status, reason,
+`--resume` goes on): {"rounds": R, "method": ..., "rows": [{op, m, n, k, batch, kernel, split_k, options, status, reason,
 kernel_ms, baseline_ms, ratio, ratio_min, ratio_max, samples: [[kernel_ms, baseline_ms], ...], gpu: {before, after}
 (nvidia-smi readings), shared_with (only when another process was on the GPU)}]}.
 """
@@ -38,6 +41,9 @@ from emitter.profile.records import OK, Measurement, Op
 from emitter.profile.worker import _short
 
 CONFIRM_FILE = "confirm.json"
+METHOD = ("median over rounds of baseline_ms / kernel_ms; in each round the kernel and the baseline are launched "
+          "one by one, alternating (the lead swapped every pair), each launch between its own event pair, and "
+          "each side's figure is the median of its launches; check off")
 
 
 class ConfirmError(Exception):
@@ -84,10 +90,9 @@ def run(profile_dir: Path, rounds: int = 5, backend: str = "pycuda", gpu: int = 
     done: dict[tuple, dict[str, Any]] = {}
     if resume and out_path.is_file():
         old = json.loads(out_path.read_text(encoding="utf-8"))
-        if old.get("rounds") == rounds:
+        if old.get("rounds") == rounds and old.get("method") == METHOD:
             done = {_key(r): r for r in old.get("rows", []) if r.get("status") == OK}
-    result: dict[str, Any] = {"rounds": rounds, "method": "median over rounds of baseline_ms / kernel_ms; order "
-                              "swapped each round (baseline first in even rounds); check off", "rows": []}
+    result: dict[str, Any] = {"rounds": rounds, "method": METHOD, "rows": []}
     if engine_factory is not None:
         engine = engine_factory(config, gpu)
     elif backend == "fake":
@@ -157,20 +162,12 @@ def _one(engine: Any, config: ProfileConfig, instances: dict[str, dict[str, Any]
     op = Op.from_config(inst["entry"]["config"])
     problem = Problem(w["m"], w["n"], w["k"], w.get("batch", 1))
     data = engine.prepare(op, problem)
+    m = Measurement("kernel", w["kernel"], "emitter", op, problem, split_k=w["split_k"], options=w["options"])
     samples: list[list[float]] = []
     try:
-        for r in range(rounds):
-            pair: dict[str, float] = {}
-            for who in (("baseline", "kernel") if r % 2 == 0 else ("kernel", "baseline")):
-                if who == "baseline":
-                    m = engine.baseline(data, baseline)
-                else:
-                    m = engine.kernel(kernel, data, Measurement("kernel", w["kernel"], "emitter", op, problem,
-                                                                split_k=w["split_k"], options=w["options"]))
-                if not m.ok:
-                    raise RuntimeError(f"{who} {m.status}: {m.reason}")
-                pair[who] = m.stats.median_ms
-            samples.append([pair["kernel"], pair["baseline"]])
+        for _ in range(rounds):
+            k, b = engine.head_to_head(kernel, data, m, baseline)
+            samples.append([k.median_ms, b.median_ms])
     finally:
         try:
             engine.release(data)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -203,6 +203,57 @@ class EventTimer:
             groups.append(samples)
         return Measured(TimingStats.from_samples(groups), iters, n, host_us, spin_ms)
 
+
+    def interleave(self, launches: Sequence[Callable[[int], None]], sets: int = 1) -> list[TimingStats]:
+        """Time several launch functions launch by launch, alternating (a b a b ..., the lead swapped every
+        pair: a b, b a, a b ...), each launch between its own event pair; returns one TimingStats per function.
+
+        Why: at a GPU's power cap the clock follows load and temperature over tens of milliseconds, so two
+        measurements taken one after the other (even in alternating rounds) see different clocks; launches
+        alternated one by one see the same. The input sets rotate over the whole sequence, so no launch finds
+        its operands in L2 because the launch before it (of either function) read them. Warm-up, the
+        blocking kernel and the count of launches are `measure`'s; `iterations` counts pairs (tuples)."""
+        t = self.timing
+        fns = list(launches)
+        if not fns:
+            raise ValueError("nothing to interleave")
+        sets = max(sets, 1)
+        width = len(fns)
+
+        def order(j: int) -> list[int]:          # pair j's launch order: rotated by one each pair
+            return [(j + w) % width for w in range(width)]
+
+        def one(g: int) -> None:                 # the g-th launch of the interleaved sequence
+            j, w = divmod(g, width)
+            fns[order(j)[w]](g % sets)
+
+        n = warm_up(one, self.stream.synchronize, max(t.warmup, width), t.warmup_ms, 1)
+        # probe: per-tuple GPU time and the host's cost per launch, behind a generous blocking kernel
+        g0 = n + (-n) % width                     # start on a tuple boundary
+        probe, host_s = self._timed_chunk(one, g0, PROBE_LAUNCHES * width, 5.0)
+        est_ms = float(np.median(probe)) * width
+        host_us = host_s / (PROBE_LAUNCHES * width) * 1e6
+        tuples = iterations_for(t, est_ms)
+        chunk = max(1, min(CHUNK // width, tuples))
+        spin_ms = 0.0
+        if self._spin is not None and est_ms / width * 1e3 < 2 * host_us:
+            spin_ms = min(MAX_SPIN_MS, 1.3 * chunk * width * host_us / 1e3 + 0.05)
+        groups: list[list[list[float]]] = [[] for _ in fns]
+        g = g0 + PROBE_LAUNCHES * width
+        for _ in range(t.repeats):
+            per: list[list[float]] = [[] for _ in fns]
+            left = tuples
+            while left > 0:
+                c = min(chunk, left)
+                got, _host = self._timed_chunk(one, g, c * width, spin_ms)
+                for i, ms in enumerate(got):      # back to the function that launch g + i ran
+                    j, w = divmod(g + i, width)
+                    per[order(j)[w]].append(ms)
+                g += c * width
+                left -= c
+            for f in range(width):
+                groups[f].append(per[f])
+        return [TimingStats.from_samples(gs) for gs in groups]
 
 # ------------------------------------------------------------------------------------------ device memory
 _RNG_CHUNK_ELEMS = 1 << 22      # 4 Mi random elements generated on the host, tiled into device buffers

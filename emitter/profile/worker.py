@@ -165,6 +165,22 @@ class GpuEngine:
         finally:
             launch.free()
 
+    def head_to_head(self, kernel: Any, data: Any, m: Measurement, baseline: str) -> tuple[TimingStats, TimingStats]:
+        """The kernel (at m's split-K count and options) and the baseline timed launch by launch, alternating
+        (EventTimer.interleave): (kernel's stats, baseline's stats), taken under the same clock."""
+        from emitter.profile.baselines import cublas
+        from emitter.profile.workload import KernelLaunch
+
+        if baseline != "cublas":
+            raise ValueError(f"no head-to-head for baseline {baseline!r}")
+        launch = KernelLaunch(kernel, data, self.stream, split_k=m.split_k, options=m.options)
+        try:
+            base = cublas(data, self.stream)
+            k, b = self.timer.interleave([launch, base.launch], len(data.sets))
+            return k, b
+        finally:
+            launch.free()
+
     def release(self, data: Any) -> None:
         data.free()
 
@@ -287,6 +303,13 @@ class FakeEngine:
         m.stats = stats
         m.extra = self.extra(data)
         return m
+
+    def head_to_head(self, kernel: Any, data: Any, m: Measurement, baseline: str) -> tuple[TimingStats, TimingStats]:
+        """The model's kernel and baseline times (no check: confirm turns it off)."""
+        k = self.kernel(kernel, data, m)
+        if not k.ok:
+            raise RuntimeError(f"kernel {k.status}: {k.reason}")
+        return k.stats, self.baseline(data, baseline).stats
 
     def release(self, data: Any) -> None:
         pass
