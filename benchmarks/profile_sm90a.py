@@ -24,6 +24,7 @@ import glob
 import json
 import math
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -266,8 +267,9 @@ def merge_runs(records: list[dict]) -> dict:
     return merged
 
 
-def write_plots(summary: dict, plot_dir: Path) -> list[str]:
-    """Ratio to the baseline per problem, one PNG per op (best kernel of each shape, coloured by run)."""
+def write_plots(summary: dict, plot_dir: Path, prefix: str = "") -> list[str]:
+    """Ratio to the baseline per problem, one PNG per op (best kernel of each shape, coloured by run); `prefix`
+    starts each file name (a report over several GPUs writes one set per GPU)."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -291,13 +293,15 @@ def write_plots(summary: dict, plot_dir: Path) -> list[str]:
         ax.set_xticks(range(len(rows)))
         ax.set_xticklabels(labels, rotation=75, fontsize=7)
         ax.set_ylabel("best emitted / baseline (same run)")
-        ax.set_title(f"{op}: geomean {g['geomean']:.3f}x over {g['with_baseline']} problems")
+        gpu = summary["environment"].get("name")
+        ax.set_title(f"{op}: geomean {g['geomean']:.3f}x over {g['with_baseline']} problems"
+                     + (f" ({gpu})" if prefix and gpu else ""))
         if len(runs) > 1:
             from matplotlib.patches import Patch
             ax.legend(handles=[Patch(color=colors[r], label=r) for r in runs], fontsize=7, loc="upper left",
                       ncol=len(runs))
         fig.tight_layout()
-        name = f"{op}_ratio.png"
+        name = f"{prefix}{op}_ratio.png"
         fig.savefig(plot_dir / name, dpi=90)
         plt.close(fig)
         out.append(f"perf/{name}")
@@ -318,14 +322,18 @@ def _err(x: float | None) -> str:
     return "-" if x is None else f"{x:.2e}"
 
 
-def markdown(summary: dict, plots: list[str], notes: str) -> str:
+def markdown(summary: dict, plots: list[str], notes: str, depth: int = 0) -> str:
+    """The report of one GPU's runs; `depth` 1 writes it as a section (## <GPU>) of a report over several."""
     env = summary["environment"]
+
+    def h(level: int, text: str) -> str:
+        return "#" * (level + depth) + " " + text
     # runs that still supply a row; an earlier run whose every row a later one replaced is named only
     used = {x.get("run") for g in summary["ops"].values() for x in g["rows"]}
     replaced = [r for r in summary["runs"] if len(summary["runs"]) > 1 and r["label"] not in used]
     runs = [r for r in summary["runs"] if r not in replaced]
     several = len(runs) > 1
-    out = [f"# Hopper GEMM performance (issue 6)",
+    out = [h(1, "Hopper GEMM performance (issue 6)" if not depth else str(env.get("name") or "unknown GPU")),
            "",
            f"Written by `benchmarks/profile_sm90a.py` from the outputs of {len(runs)} run{'s' if several else ''} on "
            f"the GPU machine ({', '.join(sorted({r['date'] for r in runs}))}): "
@@ -348,12 +356,12 @@ def markdown(summary: dict, plots: list[str], notes: str) -> str:
     for r in runs:
         if r.get("commands"):
             out += ["", f"Commands of {r['label']} (on the GPU machine, project root):", "```"] + r["commands"] + ["```"]
-    out += ["", "## Goals", ""]
+    out += ["", h(2, "Goals" + (f" on the {env.get('name')}" if depth else "")), ""]
     for what, got, met in summary["goals"]:
         out.append(f"- {'met' if met else '**NOT met**'}: {what}: {got}")
     for op, g in summary["ops"].items():
         errors = any(x.get("baseline_rel_err") is not None for x in g["rows"])
-        out += ["", f"## {op}", "", "| problem | best kernel | TFLOP/s | % of dense peak | cuBLAS TFLOP/s | ratio |"
+        out += ["", h(2, op + (f" ({env.get('name')})" if depth else "")), "", "| problem | best kernel | TFLOP/s | % of dense peak | cuBLAS TFLOP/s | ratio |"
                 + (" error, ours / cuBLAS |" if errors else "") + (" run |" if several else ""),
                 "|---|---|---:|---:|---:|---:|" + ("---:|" if errors else "") + ("---|" if several else "")]
         for x in g["rows"]:
@@ -381,11 +389,12 @@ def markdown(summary: dict, plots: list[str], notes: str) -> str:
                     f"{g['below_0.97']} below 0.97x."
                     + (f" Square + large-LLM (M >= 2048) shapes: {g['geomean_square_and_large_llm']:.3f}x."
                        if g.get("geomean_square_and_large_llm") else "")]
+    tfile = summary.get("tuning_file", "tuning.json")
     out += ["", "The tuning table behind these rows (best kernel and split-K count per shape, for "
-            "`emitter library <gen> --tuning docs/perf/tuning.json`) is in docs/perf/tuning.json; the tables above as "
+            f"`emitter library <gen> --tuning docs/perf/{tfile}`) is in docs/perf/{tfile}; the tables above as "
             "JSON in docs/perf/summary.json."]
     if plots:
-        out += ["", "## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in plots]
+        out += ["", h(2, "Plots"), ""] + [f"![{Path(p).stem}]({p})" for p in plots]
     if notes:
         out += ["", notes.rstrip()]
     return "\n".join(out) + "\n"
@@ -395,10 +404,22 @@ def _tuning_file(src: Path) -> Path:
     return src / "profile" / "tuning.json" if src.is_dir() else src.with_name(src.stem + ".tuning.json")
 
 
+def _gpu_of(rec: dict) -> str:
+    return (rec.get("environment") or {}).get("name") or "unknown GPU"
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
 def write_report(sources: Path | list[Path], doc: Path | None, notes_file: Path | None) -> dict:
     """The report over one or more runs (run directories or saved run records), oldest first. With --doc,
     also docs/perf/: summary.json, tuning.json (merged like the rows), the ratio plots, and runs/<label>.json
-    (+ .tuning.json), the record of each run, so the report can be written again without the run directories."""
+    (+ .tuning.json), the record of each run, so the report can be written again without the run directories.
+
+    Runs on different GPUs are never merged: each GPU gets its own section (rows, goals, plots) and its own
+    tuning table (the first GPU's is tuning.json, the others' tuning.<gpu>.json); a ratio is always against the
+    baseline of the kernel's own run. Returns the summary, or {"gpus": {name: summary}} over several GPUs."""
     sources = [sources] if isinstance(sources, Path) else list(sources)
     records = [load_run(src) for src in sources]
     # a run given twice (its saved record in docs/perf/runs/ and its directory, `make perf-doc RUN=<dir>` after a
@@ -406,41 +427,67 @@ def write_report(sources: Path | list[Path], doc: Path | None, notes_file: Path 
     last = {rec["run"]["label"]: i for i, rec in enumerate(records)}
     keep = [i for i, rec in enumerate(records) if last[rec["run"]["label"]] == i]
     sources, records = [sources[i] for i in keep], [records[i] for i in keep]
-    summary = merge_runs(records)
+    groups: dict[str, list[int]] = {}         # GPU name -> its runs, GPUs in the order of their first run
+    for i, rec in enumerate(records):
+        groups.setdefault(_gpu_of(rec), []).append(i)
+    several = len(groups) > 1
+    summaries: dict[str, dict] = {}
+    for n, (gpu, idx) in enumerate(groups.items()):
+        summaries[gpu] = merge_runs([records[i] for i in idx])
+        summaries[gpu]["tuning_file"] = "tuning.json" if n == 0 else f"tuning.{_slug(gpu)}.json"
     for src, rec in zip(sources, records):
         if src.is_dir():
             (src / "summary.json").write_text(json.dumps(rec, indent=1))
-    print("\n" + table_text(summary))
+    for summary in summaries.values():
+        print("\n" + table_text(summary))
+    result = next(iter(summaries.values())) if not several else {"gpus": summaries}
     if doc is None:
-        return summary
+        return result
     perf = doc.parent / "perf"
     runs_dir = perf / "runs"
-    tuning: dict[tuple, dict] = {}
-    head = {"schema_version": 1, "kind": "emitter.tuning_table"}
-    for src, rec in zip(sources, records):
-        tfile = _tuning_file(src)
-        table = json.loads(tfile.read_text()) if tfile.is_file() else {}
-        entries = table.get("entries", [])
-        saved = runs_dir / f"{rec['run']['label']}.json"
-        if src.is_dir() or src.resolve() != saved.resolve():
-            atomic_write_text(saved, json.dumps(rec, indent=1))
-            if table:
-                atomic_write_text(_tuning_file(saved), json.dumps(table, indent=1))
-        for e in entries:     # a later run's entry replaces an earlier one for the same (op, problem)
-            p = e["problem"]
-            tuning[(e["op"]["key"], p["m"], p["n"], p["k"], p.get("batch", 1))] = {**e, "run": rec["run"]["label"]}
-        head.update({k: table[k] for k in ("schema_version", "kind", "gpu", "emitter_version", "selection") if k in table})
-    if tuning:
-        atomic_write_text(perf / "tuning.json", json.dumps({**head, "runs": [r["run"]["label"] for r in records],
-                                                        "entries": list(tuning.values())}, indent=1))
-    atomic_write_text(perf / "summary.json", json.dumps({**summary, "goals": [list(g) for g in summary["goals"]]}, indent=1))
+    for gpu, idx in groups.items():
+        tuning: dict[tuple, dict] = {}
+        head = {"schema_version": 1, "kind": "emitter.tuning_table"}
+        for src, rec in ((sources[i], records[i]) for i in idx):
+            tfile = _tuning_file(src)
+            table = json.loads(tfile.read_text()) if tfile.is_file() else {}
+            entries = table.get("entries", [])
+            saved = runs_dir / f"{rec['run']['label']}.json"
+            if src.is_dir() or src.resolve() != saved.resolve():
+                atomic_write_text(saved, json.dumps(rec, indent=1))
+                if table:
+                    atomic_write_text(_tuning_file(saved), json.dumps(table, indent=1))
+            for e in entries:     # a later run's entry replaces an earlier one for the same (op, problem)
+                p = e["problem"]
+                tuning[(e["op"]["key"], p["m"], p["n"], p["k"], p.get("batch", 1))] = {**e, "run": rec["run"]["label"]}
+            head.update({k: table[k] for k in ("schema_version", "kind", "gpu", "emitter_version", "selection")
+                         if k in table})
+        if tuning:
+            atomic_write_text(perf / summaries[gpu]["tuning_file"],
+                              json.dumps({**head, "runs": [records[i]["run"]["label"] for i in idx],
+                                          "entries": list(tuning.values())}, indent=1))
+    def as_json(summary: dict) -> dict:
+        return {**summary, "goals": [list(g) for g in summary["goals"]]}
+
+    atomic_write_text(perf / "summary.json", json.dumps(
+        as_json(result) if not several else {"gpus": [as_json(x) for x in summaries.values()]}, indent=1))
     for old in perf.glob("*_ratio.png"):
         old.unlink()
-    plots = write_plots(summary, perf)
     notes = notes_file.read_text() if notes_file and notes_file.is_file() else ""
-    atomic_write_text(doc, markdown(summary, plots, notes))
+    if not several:
+        summary = result
+        text = markdown(summary, write_plots(summary, perf), notes)
+    else:
+        parts = ["# Hopper GEMM performance (issue 6)", "",
+                 f"One section per GPU ({', '.join(summaries)}): runs on different GPUs are never merged, and every "
+                 "ratio is against the baseline measured on the same GPU in the kernel's own run. Do not edit by hand: "
+                 "regenerate with `make perf-doc`.", ""]
+        for gpu, summary in summaries.items():
+            parts.append(markdown(summary, write_plots(summary, perf, prefix=_slug(gpu) + "_"), "", depth=1))
+        text = "\n".join(parts) + ("\n" + notes.rstrip() + "\n" if notes else "")
+    atomic_write_text(doc, text)
     print(f"wrote {doc}")
-    return summary
+    return result
 
 
 def main() -> int:

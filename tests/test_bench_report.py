@@ -176,3 +176,41 @@ def test_a_run_whose_every_row_was_replaced_is_named_not_described(tmp_path):
     assert "a later run replaced (their records stay in docs/perf/runs/): 2026-11-22-old." in text
     assert "outputs of 1 run on" in text
     assert (doc.parent / "perf" / "runs" / "2026-11-22-old.json").is_file()
+
+
+def test_runs_on_two_gpus_get_a_section_and_a_tuning_table_each(tmp_path):
+    """An H100 run after H200 runs replaces none of their rows: one section per GPU, each with its own rows,
+    goals, plots and tuning table (the first GPU's stays tuning.json)."""
+    bench = _bench()
+    bf = "bf16bf16_bf16bf16_accf32_tnt"
+    k = "gemm_sm90a_bf16bf16_bf16bf16_accf32_tnt_128x256x64_c2x1x1_i64x256x16_sauto_coop_epitma_persistent_al8x8x8_identity"
+
+    def run(name, gpu, ratio, date):
+        d = tmp_path / name
+        (d / "profile").mkdir(parents=True)
+        (d / "profile" / "profile.json").write_text(json.dumps(
+            {"environment": {"name": gpu, "sm_count": 132}, "baselines": ["cuBLAS"],
+             "rows": [_row(bf, "bf16", 8192, 8192, 8192, "baseline", "cublas", 700.0),
+                      _row(bf, "bf16", 8192, 8192, 8192, "kernel", k, 700.0 * ratio, ratio, best=True)]}))
+        (d / "profile" / "tuning.json").write_text(json.dumps({"schema_version": 1, "gpu": gpu, "entries": [
+            {"op": {"key": bf}, "problem": {"m": 8192, "n": 8192, "k": 8192, "batch": 1}, "kernel": k, "tag": name}]}))
+        (d / "run.json").write_text(json.dumps({"commands": [f"cmd {name}"], "times": {}, "argv": [],
+                                                "date": date, "label": f"{date}-{name}"}))
+        return d
+
+    doc = tmp_path / "docs" / "performance.md"
+    s = bench.write_report([run("h200", "NVIDIA H200", 0.98, "2026-11-23"),
+                            run("h100", "NVIDIA H100 80GB HBM3", 1.04, "2026-11-24")], doc, None)
+    assert list(s["gpus"]) == ["NVIDIA H200", "NVIDIA H100 80GB HBM3"]
+    assert s["gpus"]["NVIDIA H200"]["ops"][bf]["rows"][0]["ratio"] == 0.98
+    assert s["gpus"]["NVIDIA H100 80GB HBM3"]["ops"][bf]["rows"][0]["ratio"] == 1.04
+    text = doc.read_text()
+    assert text.startswith("# Hopper GEMM performance (issue 6)") and text.count("# Hopper GEMM") == 1
+    assert "\n## NVIDIA H200\n" in text and "\n## NVIDIA H100 80GB HBM3\n" in text
+    assert text.index("| 0.980 |") < text.index("## NVIDIA H100") < text.index("| 1.040 |")
+    assert f"### {bf} (NVIDIA H100 80GB HBM3)" in text and "cmd h200" in text and "cmd h100" in text
+    perf = doc.parent / "perf"
+    assert json.loads((perf / "tuning.json").read_text())["entries"][0]["tag"] == "h200"
+    assert json.loads((perf / "tuning.nvidia-h100-80gb-hbm3.json").read_text())["entries"][0]["tag"] == "h100"
+    assert "docs/perf/tuning.nvidia-h100-80gb-hbm3.json" in text
+    assert len(json.loads((perf / "summary.json").read_text())["gpus"]) == 2
