@@ -212,3 +212,42 @@ def test_a_row_timed_beside_another_process_is_marked(profiled, tmp_path):
     clean = confirm.run(out, rounds=2, engine_factory=lambda c, g: Drifting(c, g), say=lambda s: None,
                         watch=lambda: {"smi": {}, "others": []})
     assert not any("shared_with" in r for r in clean["rows"])
+
+
+def test_round_grain_match_and_out(profiled, tmp_path):
+    """--grain round (each side's whole measurement in turn, the order swapped each round), --match (some rows
+    only) and --out (another file: confirm.json, which the report reads, is left alone)."""
+    import shutil
+
+    out = tmp_path / "res"
+    shutil.copytree(profiled, out)
+    (out / confirm.CONFIRM_FILE).unlink(missing_ok=True)
+    calls: list[str] = []
+
+    class Recording(FakeEngine):
+        def baseline(self, data, name):
+            calls.append("baseline")
+            return super().baseline(data, name)
+
+        def kernel(self, kernel, data, m, prune_ms=None):
+            calls.append("kernel")
+            return super().kernel(kernel, data, m, prune_ms)
+
+        def head_to_head(self, *a):
+            raise AssertionError("round grain times each side whole")
+
+    target = tmp_path / "round.json"
+    res = confirm.run(out, rounds=2, engine_factory=Recording, say=lambda s: None, grain="round",
+                      match="^bf16", out=target)
+    assert [r["op"].startswith("bf16") for r in res["rows"]] == [True, True]
+    assert calls == ["baseline", "kernel", "kernel", "baseline"] * 2
+    assert res["method"] == confirm.METHODS["round"] != confirm.METHOD
+    assert json.loads(target.read_text()) == json.loads(json.dumps(res))
+    assert not (out / confirm.CONFIRM_FILE).exists()
+    for bad, msg in [({"grain": "warp"}, "grain must be one of"), ({"match": "^nothing"}, "matches"),
+                     ({"match": "(["}, "not a regular expression")]:
+        with pytest.raises(confirm.ConfirmError, match=msg):
+            confirm.run(out, rounds=1, engine_factory=Recording, say=lambda s: None, **bad)
+    assert confirm.main([str(out), "--rounds", "1", "--backend", "fake", "--match", "1024x1024x1024",
+                         "--out", str(tmp_path / "m.json")]) == 0
+    assert len(json.loads((tmp_path / "m.json").read_text())["rows"]) == 3

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -41,9 +42,15 @@ from emitter.profile.records import OK, Measurement, Op
 from emitter.profile.worker import _short
 
 CONFIRM_FILE = "confirm.json"
-METHOD = ("median over rounds of baseline_ms / kernel_ms; in each round the kernel and the baseline are launched "
-          "one by one, alternating (the lead swapped every pair), each launch between its own event pair, and "
-          "each side's figure is the median of its launches; check off")
+METHODS = {
+    "launch": ("median over rounds of baseline_ms / kernel_ms; in each round the kernel and the baseline are "
+               "launched one by one, alternating (the lead swapped every pair), each launch between its own event "
+               "pair, and each side's figure is the median of its launches; check off"),
+    # the method until 2026-11-24, kept to compare with: each side's whole measurement (warm-up, repeats), back to back
+    "round": ("median over rounds of baseline_ms / kernel_ms; in each round one side's whole measurement (warm-up, "
+              "repeats) and then the other's, the order swapped each round (baseline first in even rounds); check off"),
+}
+METHOD = METHODS["launch"]
 
 
 class ConfirmError(Exception):
@@ -77,22 +84,36 @@ def _median(xs: list[float]) -> float:
 def run(profile_dir: Path, rounds: int = 5, backend: str = "pycuda", gpu: int = 0, resume: bool = False,
         engine_factory: Callable[[ProfileConfig, int], Any] | None = None,
         say: Callable[[str], None] | None = None,
-        watch: Callable[[], dict[str, Any]] | None = None) -> dict[str, Any]:
-    """Confirm every winner of `profile_dir` (see module doc); returns what confirm.json holds."""
+        watch: Callable[[], dict[str, Any]] | None = None,
+        grain: str = "launch", match: str | None = None, out: Path | None = None) -> dict[str, Any]:
+    """Confirm every winner of `profile_dir` (see module doc); returns what confirm.json holds.
+
+    grain: "launch" (the kernel and the baseline alternate launch by launch) or "round" (each side's whole
+    measurement in turn, the method before 2026-11-24, to compare with); match: a regular expression that the
+    row's "<op> <m>x<n>x<k>" must contain, to confirm some rows only; out: the output file (default
+    PROFILE_DIR/confirm.json, which the benchmark report reads)."""
     if rounds < 1:
         raise ConfirmError(f"rounds must be at least 1 (got {rounds})")
+    if grain not in METHODS:
+        raise ConfirmError(f"grain must be one of {', '.join(METHODS)} (got {grain!r})")
+    try:
+        pattern = re.compile(match) if match else None
+    except re.error as e:
+        raise ConfirmError(f"--match {match!r} is not a regular expression: {e}") from None
     say = say or (lambda s: print(s, file=sys.stderr, flush=True))
-    todo = winners(profile_dir)
+    todo = [w for w in winners(profile_dir) if pattern is None or pattern.search(f"{w['op']} {_pkey(w)}")]
+    if not todo:
+        raise ConfirmError(f"no winner of {profile_dir / 'profile.json'} matches {match!r}")
     config, instances = _jobs(profile_dir)
     config = config.replace(check=False)
     baseline = (config.baselines or ("cublas",))[0]
-    out_path = profile_dir / CONFIRM_FILE
+    out_path = Path(out) if out else profile_dir / CONFIRM_FILE
     done: dict[tuple, dict[str, Any]] = {}
     if resume and out_path.is_file():
         old = json.loads(out_path.read_text(encoding="utf-8"))
-        if old.get("rounds") == rounds and old.get("method") == METHOD:
+        if old.get("rounds") == rounds and old.get("method") == METHODS[grain]:
             done = {_key(r): r for r in old.get("rows", []) if r.get("status") == OK}
-    result: dict[str, Any] = {"rounds": rounds, "method": METHOD, "rows": []}
+    result: dict[str, Any] = {"rounds": rounds, "method": METHODS[grain], "rows": []}
     if engine_factory is not None:
         engine = engine_factory(config, gpu)
     elif backend == "fake":
@@ -117,7 +138,7 @@ def run(profile_dir: Path, rounds: int = 5, backend: str = "pycuda", gpu: int = 
         row = {**w, "status": OK, "reason": None}
         before = watch()
         try:
-            row.update(_one(engine, config, instances, loaded, w, baseline, rounds))
+            row.update(_one(engine, config, instances, loaded, w, baseline, rounds, grain))
             after = watch()
             row["gpu"] = {"before": before["smi"], "after": after["smi"]}
             others = {p["pid"]: p for p in (before["others"] or []) + (after["others"] or [])}
@@ -152,7 +173,7 @@ def _pkey(w: dict[str, Any]) -> str:
 
 
 def _one(engine: Any, config: ProfileConfig, instances: dict[str, dict[str, Any]], loaded: dict[str, Any],
-         w: dict[str, Any], baseline: str, rounds: int) -> dict[str, Any]:
+         w: dict[str, Any], baseline: str, rounds: int, grain: str = "launch") -> dict[str, Any]:
     inst = instances.get(w["kernel"])
     if inst is None:
         raise ConfirmError(f"{w['kernel']}: not among the profiled instances")
@@ -165,9 +186,18 @@ def _one(engine: Any, config: ProfileConfig, instances: dict[str, dict[str, Any]
     m = Measurement("kernel", w["kernel"], "emitter", op, problem, split_k=w["split_k"], options=w["options"])
     samples: list[list[float]] = []
     try:
-        for _ in range(rounds):
-            k, b = engine.head_to_head(kernel, data, m, baseline)
-            samples.append([k.median_ms, b.median_ms])
+        for r in range(rounds):
+            if grain == "launch":
+                k, b = engine.head_to_head(kernel, data, m, baseline)
+                samples.append([k.median_ms, b.median_ms])
+                continue
+            pair: dict[str, float] = {}
+            for who in (("baseline", "kernel") if r % 2 == 0 else ("kernel", "baseline")):
+                got = engine.baseline(data, baseline) if who == "baseline" else engine.kernel(kernel, data, m)
+                if not got.ok:
+                    raise RuntimeError(f"{who} {got.status}: {got.reason}")
+                pair[who] = got.stats.median_ms
+            samples.append([pair["kernel"], pair["baseline"]])
     finally:
         try:
             engine.release(data)
@@ -183,16 +213,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("profile_dir", type=Path, help="an `emitter profile` output directory (profile.json, work/)")
     ap.add_argument("--rounds", type=int, default=5, help="alternating rounds per (op, problem) (default 5)")
     ap.add_argument("--backend", choices=("pycuda", "fake"), default="pycuda")
-    ap.add_argument("--resume", action="store_true", help="keep the rows confirm.json already has")
+    ap.add_argument("--resume", action="store_true", help="keep the rows the output file already has")
+    ap.add_argument("--grain", choices=sorted(METHODS), default="launch",
+                    help="launch: kernel and baseline alternate launch by launch (default); round: each side's "
+                         "whole measurement in turn (the method before 2026-11-24, to compare with)")
+    ap.add_argument("--match", metavar="REGEX", help="confirm only the rows whose '<op> <m>x<n>x<k>' matches")
+    ap.add_argument("--out", type=Path, help=f"output file (default PROFILE_DIR/{CONFIRM_FILE}, which the report reads)")
     a = ap.parse_args(argv)
     try:
-        res = run(a.profile_dir, a.rounds, a.backend, resume=a.resume)
+        res = run(a.profile_dir, a.rounds, a.backend, resume=a.resume, grain=a.grain, match=a.match, out=a.out)
     except ConfirmError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     bad = [r for r in res["rows"] if r["status"] != OK]
     print(f"confirmed {len(res['rows']) - len(bad)} of {len(res['rows'])} (op, problem) winners, "
-          f"{res['rounds']} rounds each -> {a.profile_dir / CONFIRM_FILE}")
+          f"{res['rounds']} rounds each -> {a.out or a.profile_dir / CONFIRM_FILE}")
     return 1 if bad else 0
 
 
