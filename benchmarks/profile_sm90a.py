@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from emitter.profile.config import LLM_M, LLM_NK  # noqa: E402  (the issue's shape set, one definition)
 from emitter.fsutil import atomic_write_text  # noqa: E402
+from emitter.profile.confirm import METHODS as CONFIRM_METHODS  # noqa: E402
 
 DEFAULT_SPECS = ["configs/gemm/sm90a_bf16.yaml", "configs/gemm/sm90a_fp8.yaml", "configs/tuning/sm90a_candidates.yaml"]
 # plain GEMMs only: the fused-epilogue f16 examples have no cuBLAS counterpart
@@ -129,6 +130,9 @@ def summarize(profile_json: Path) -> dict:
     conf = {}
     if cpath.is_file():
         c = json.loads(cpath.read_text())
+        # launch: kernel and baseline alternated launch by launch (emitter.profile.confirm since 2026-11-24);
+        # round: each side's whole measurement in turn (before)
+        grain = "launch" if c.get("method") == CONFIRM_METHODS["launch"] else "round"
         conf = {(r["op"], r["m"], r["n"], r["k"], r["kernel"], r["split_k"], r["options"]): (r, c["rounds"])
                 for r in c["rows"] if r.get("status") == "ok"}
     for r in sorted(best, key=lambda r: (r["op"], r["m"] * r["n"] * r["k"], r["m"], r["n"], r["k"])):
@@ -140,7 +144,7 @@ def summarize(profile_json: Path) -> dict:
             row, rounds = hh
             r = {**r, "tflops": round(flops / (row["kernel_ms"] * 1e-3) / 1e12, 2),
                  "ratio_to_baseline": row["ratio"], "sweep_ratio": r["ratio_to_baseline"],
-                 "confirm": {"rounds": rounds, "min": row["ratio_min"], "max": row["ratio_max"],
+                 "confirm": {"rounds": rounds, "grain": grain, "min": row["ratio_min"], "max": row["ratio_max"],
                              **({"shared": True} if row.get("shared_with") else {})}}
             b = {**b, "tflops": round(flops / (row["baseline_ms"] * 1e-3) / 1e12, 2)}
         ops.setdefault(r["op"], []).append({
@@ -373,12 +377,20 @@ def markdown(summary: dict, plots: list[str], notes: str, depth: int = 0) -> str
                        + (f" {_err(x.get('rel_err'))} / {_err(x.get('baseline_rel_err'))} |" if errors else "")
                        + (f" {x.get('run', '')} |" if several else ""))
         if any(x.get("confirm") for x in g["rows"]):
+            grains = {x["confirm"].get("grain", "round") for x in g["rows"] if x.get("confirm")}
+            how = {"launch": "launched one by one in alternation (kernel, baseline, baseline, kernel, ...), each launch "
+                             "between its own events, so both saw the same clock",
+                   "round": "timed back to back, each side's whole measurement in turn, the order swapped each round"}
             out += ["", "Rows with a range were confirmed head to head (`emitter.profile.confirm`): after the sweep "
-                    "the winner and the baseline were timed back to back in alternating rounds on the same operands; "
-                    "the ratio is the median of the rounds' ratios, the range their lowest and highest, and TFLOP/s "
-                    "the medians of those timings (**shared GPU**: another process held the GPU while it was "
-                    "timed, by nvidia-smi; not a figure of the card). The sweep's own ratio (one baseline timing against the best of "
-                    "many kernel timings) is `sweep_ratio` in docs/perf/summary.json."]
+                    "the winner and the baseline were " + "; or (runs before 2026-11-24c) ".join(
+                        how[k] for k in ("launch", "round") if k in grains)
+                    + ", on the same operands, in rounds (" + ", ".join(sorted({str(x["confirm"]["rounds"]) for x in
+                                                                                  g["rows"] if x.get("confirm")}))
+                    + "); the ratio is the median of the rounds' ratios, the range "
+                    "their lowest and highest, and TFLOP/s the medians of those timings (**shared GPU**: another "
+                    "process held the GPU while it was timed, by nvidia-smi; not a figure of the card). The sweep's own "
+                    "ratio (one baseline timing against the best of many kernel timings) is `sweep_ratio` in "
+                    "docs/perf/summary.json."]
         if errors:
             out += ["", "Error: relative Frobenius error of D against an fp32 reference (torch, no TF32) on the "
                     "same inputs, for the best kernel and for the baseline (`-`: not recorded by that run)."]

@@ -146,7 +146,7 @@ def test_benchmark_report_takes_the_head_to_head_ratio(profiled):
         for x in g["rows"]:
             c = conf[(op, x["m"], x["n"], x["k"])]
             assert x["ratio"] == pytest.approx(c["ratio"]) and x["sweep_ratio"] != x["ratio"]
-            assert x["confirm"] == {"rounds": 3, "min": c["ratio_min"], "max": c["ratio_max"]}
+            assert x["confirm"] == {"rounds": 3, "grain": "launch", "min": c["ratio_min"], "max": c["ratio_max"]}
             flops = 2 * x["m"] * x["n"] * x["k"]
             assert x["tflops"] == pytest.approx(flops / (c["kernel_ms"] * 1e-3) / 1e12, rel=1e-3)
         assert g["geomean"] == pytest.approx(statistics.geometric_mean([x["ratio"] for x in g["rows"]]))
@@ -163,7 +163,8 @@ def test_report_marks_confirmed_rows(profiled, tmp_path):
     text = bench.markdown({**bench.merge_runs([s]), "runs": [s["run"]]}, [], "")
     x = s["ops"][next(iter(s["ops"]))]["rows"][0]
     assert f"{x['ratio']:.3f} [{x['confirm']['min']:.3f}-{x['confirm']['max']:.3f}]" in text
-    assert "confirmed head to head" in text
+    assert "confirmed head to head" in text and "launched one by one in alternation" in text
+    assert "each side's whole measurement in turn" not in text
 
 
 def test_other_gpu_processes_by_nvidia_smi(tmp_path, monkeypatch):
