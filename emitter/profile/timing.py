@@ -203,10 +203,9 @@ class EventTimer:
             groups.append(samples)
         return Measured(TimingStats.from_samples(groups), iters, n, host_us, spin_ms)
 
-
     def interleave(self, launches: Sequence[Callable[[int], None]], sets: int = 1) -> list[TimingStats]:
-        """Time several launch functions launch by launch, alternating (a b a b ..., the lead swapped every
-        pair: a b, b a, a b ...), each launch between its own event pair; returns one TimingStats per function.
+        """Time several launch functions launch by launch, alternating, the lead rotated every tuple (a b, b a,
+        a b, ...), each launch between its own event pair; returns one TimingStats per function.
 
         Why: at a GPU's power cap the clock follows load and temperature over tens of milliseconds, so two
         measurements taken one after the other (even in alternating rounds) see different clocks; launches
@@ -254,6 +253,7 @@ class EventTimer:
             for f in range(width):
                 groups[f].append(per[f])
         return [TimingStats.from_samples(gs) for gs in groups]
+
 
 # ------------------------------------------------------------------------------------------ device memory
 _RNG_CHUNK_ELEMS = 1 << 22      # 4 Mi random elements generated on the host, tiled into device buffers
