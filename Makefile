@@ -44,8 +44,9 @@ bench: install           # emit speed (10,000 instances) and build overhead agai
 	$(BIN)/python benchmarks/build_overhead.py
 
 # bench-gpu: the method of the runs in docs/performance.md (warm-up 25 ms of GPU time, 3 repeats of >= 10 ms,
-# run-time swizzle x raster on each shape's 3 fastest kernels, then each winner against cuBLAS in 5 alternating rounds:
-# profile_sm90a.py --confirm 5, its default); about 3 min of build and 12 of profiling on an H200, plus the confirmation
+# run-time swizzle x raster on each shape's 3 fastest kernels, then each winner against cuBLAS launch by launch in
+# alternation, 5 rounds: profile_sm90a.py --confirm 5, its default); on an H100 (run 2026-11-24c-h100): 196 s of
+# build, 23 of verify, 707 of profiling and 255 of confirmation
 bench-gpu:               # on the GPU machine: build, verify and profile the sm90a configs vs cuBLAS (issue 6)
 	python3 benchmarks/profile_sm90a.py --out results/sm90a --shapes all --doc docs/performance.md \
 	  --repeats 3 --min-duration-ms 10 --warmup-ms 25 \

@@ -125,7 +125,7 @@ def summarize(profile_json: Path) -> dict:
     base = {(r["op"], r["m"], r["n"], r["k"]): r for r in data["rows"] if r["kind"] == "baseline"}
     ops: dict[str, list[dict]] = {}
     # the head-to-head confirmation beside profile.json (emitter.profile.confirm), when the run has one: the
-    # winner and the baseline timed in alternating rounds; its ratio and times replace the sweep's
+    # winner and the baseline timed head to head; its ratio and times replace the sweep's
     cpath = profile_json.parent / "confirm.json"
     conf = {}
     if cpath.is_file():
@@ -519,8 +519,9 @@ def main() -> int:
                     help="run-time scheduler options to time every kernel with too (the profile config's "
                          "`scheduler:`), e.g. '{swizzle: [null, 4], promotion_interval: [null, 8, 16]}'")
     ap.add_argument("--confirm", type=int, default=5, metavar="ROUNDS",
-                    help="after the sweep, time each shape's winner against the baseline in ROUNDS alternating "
-                         "rounds (emitter.profile.confirm); the report takes that ratio (0: the sweep's own)")
+                    help="after the sweep, time each shape's winner against the baseline, launch by launch in "
+                         "alternation, ROUNDS times (emitter.profile.confirm); the report takes that ratio (0: the "
+                         "sweep's own)")
     ap.add_argument("--skip-build", action="store_true", help="reuse the build in --gen")
     ap.add_argument("--stall-timeout", type=float, default=120.0, help="seconds before a hung kernel is killed")
     ap.add_argument("--resume", action="store_true",
