@@ -252,3 +252,38 @@ def test_round_grain_match_and_out(profiled, tmp_path):
     assert confirm.main([str(out), "--rounds", "1", "--backend", "fake", "--match", "1024x1024x1024",
                          "--out", str(tmp_path / "m.json")]) == 0
     assert len(json.loads((tmp_path / "m.json").read_text())["rows"]) == 3
+
+
+def test_a_tuning_table_is_confirmed_from_its_manifest(profiled, tmp_path):
+    """--tuning + --manifest: a tuning table's entries (kernel, split-K count, options) against the baseline, with
+    the kernels loaded from the emitted library; no profile directory needed."""
+    tuning = profiled / "tuning.json"
+    entries = json.loads(tuning.read_text())["entries"]
+    gen = profiled.parent.parent / "gen"
+    engines: list[Drifting] = []
+
+    def factory(c, g):
+        engines.append(Drifting(c, g))
+        return engines[-1]
+
+    out = tmp_path / "t.json"
+    res = confirm.run(None, rounds=2, engine_factory=factory, say=lambda s: None, tuning=tuning, manifests=(gen,),
+                      out=out)
+    assert len(res["rows"]) == len(entries) and all(r["status"] == "ok" for r in res["rows"])
+    want = {(e["op"]["key"], e["problem"]["m"], e["problem"]["n"], e["problem"]["k"]): (e["kernel"], e.get("split_k", 1),
+                                                                                        e.get("options", 0))
+            for e in entries}
+    assert {(r["op"], r["m"], r["n"], r["k"]): (r["kernel"], r["split_k"], r["options"]) for r in res["rows"]} == want
+    assert engines[0].config.timing == confirm.TUNING_TIMING and not engines[0].config.check
+    assert json.loads(out.read_text()) == json.loads(json.dumps(res))
+    for kw, msg in [({"tuning": tuning, "manifests": (gen,)}, "needs --manifest"),       # no --out
+                    ({"tuning": tuning, "out": out}, "needs --manifest"),
+                    ({"tuning": tmp_path / "none.json", "manifests": (gen,), "out": out}, "not a tuning table"),
+                    ({"tuning": tuning, "manifests": (tmp_path,), "out": out}, "no manifest here")]:
+        with pytest.raises(confirm.ConfirmError, match=msg):
+            confirm.run(None, rounds=1, engine_factory=factory, say=lambda s: None, **kw)
+    with pytest.raises(confirm.ConfirmError, match="give a profile directory"):
+        confirm.run(profiled, rounds=1, engine_factory=factory, say=lambda s: None, tuning=tuning)
+    assert confirm.main(["--tuning", str(tuning), "--manifest", str(gen), "--out", str(tmp_path / "c.json"),
+                         "--backend", "fake", "--rounds", "1"]) == 0
+    assert confirm.main(["--rounds", "1", "--backend", "fake"]) == 2

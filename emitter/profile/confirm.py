@@ -2,6 +2,8 @@
 timed head to head, launch by launch, on the same operands.
 
     python -m emitter.profile.confirm RESULTS/profile --rounds 5         # writes RESULTS/profile/confirm.json
+    python -m emitter.profile.confirm --tuning docs/perf/tuning.json --manifest gen --out confirm.json
+                                    # a tuning table's entries against the baseline on the GPU at hand
 
 Why: a sweep times the baseline once per (op, problem), then every kernel and variant after it, seconds to
 minutes later. On a GPU at its power cap the clock follows the load and the card's temperature, so that one
@@ -37,7 +39,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from emitter.fsutil import atomic_write_json
-from emitter.profile.config import Problem, ProfileConfig
+from emitter.profile.config import Problem, ProfileConfig, Timing
 from emitter.profile.records import OK, Measurement, Op
 from emitter.profile.worker import _short
 
@@ -69,6 +71,40 @@ def winners(profile_dir: Path) -> list[dict[str, Any]]:
     return sorted(out, key=lambda w: (w["m"], w["n"], w["k"], w["batch"], w["op"]))
 
 
+def tuning_winners(tuning: Path) -> list[dict[str, Any]]:
+    """The entries of a tuning table (emitter profile's tuning.json, or a library's): each (op, problem)'s kernel
+    with its split-K count and scheduler options, in winners()'s form."""
+    try:
+        entries = json.loads(Path(tuning).read_text(encoding="utf-8"))["entries"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ConfirmError(f"{tuning}: not a tuning table with entries ({e})") from None
+    out = [{"op": e["op"]["key"], "m": e["problem"]["m"], "n": e["problem"]["n"], "k": e["problem"]["k"],
+            "batch": e["problem"].get("batch", 1), "kernel": e["kernel"], "split_k": int(e.get("split_k") or 1),
+            "options": int(e.get("options") or 0)} for e in entries]
+    return sorted(out, key=lambda w: (w["m"], w["n"], w["k"], w["batch"], w["op"]))
+
+
+# the timing of the benchmark's runs (benchmarks/profile_sm90a.py) for a confirmation that has no profile config
+TUNING_TIMING = Timing(warmup=10, warmup_ms=25.0, min_duration_ms=10.0, max_iterations=400, repeats=3)
+
+
+def _manifest_jobs(manifests: list[Path]) -> tuple[ProfileConfig, dict[str, dict[str, Any]]]:
+    from emitter.manifest import ManifestError, load, manifest_path
+
+    instances: dict[str, dict[str, Any]] = {}
+    for m in manifests:
+        try:
+            data = load(m)
+        except ManifestError as e:
+            raise ConfirmError(str(e)) from None
+        root = str(manifest_path(m).parent)
+        for e in data["instances"]:
+            instances.setdefault(e["name"], {"root": root, "entry": e})
+    config = ProfileConfig(file="<confirm --tuning>", manifests=tuple(str(m) for m in manifests), problems=(),
+                           timing=TUNING_TIMING)
+    return config, instances
+
+
 def _jobs(profile_dir: Path) -> tuple[ProfileConfig, dict[str, dict[str, Any]]]:
     jobs = sorted((profile_dir / "work").glob("shard*.job.json"))
     if not jobs:
@@ -81,17 +117,20 @@ def _median(xs: list[float]) -> float:
     return float(statistics.median(xs))
 
 
-def run(profile_dir: Path, rounds: int = 5, backend: str = "pycuda", gpu: int = 0, resume: bool = False,
+def run(profile_dir: Path | None, rounds: int = 5, backend: str = "pycuda", gpu: int = 0, resume: bool = False,
         engine_factory: Callable[[ProfileConfig, int], Any] | None = None,
         say: Callable[[str], None] | None = None,
         watch: Callable[[], dict[str, Any]] | None = None,
-        grain: str = "launch", match: str | None = None, out: Path | None = None) -> dict[str, Any]:
+        grain: str = "launch", match: str | None = None, out: Path | None = None,
+        tuning: Path | None = None, manifests: tuple[Path, ...] = ()) -> dict[str, Any]:
     """Confirm every winner of `profile_dir` (see module doc); returns what confirm.json holds.
 
     grain: "launch" (the kernel and the baseline alternate launch by launch) or "round" (each side's whole
     measurement in turn, the method before 2026-11-24, to compare with); match: a regular expression that the
     row's "<op> <m>x<n>x<k>" must contain, to confirm some rows only; out: the output file (default
-    PROFILE_DIR/confirm.json, which the benchmark report reads)."""
+    PROFILE_DIR/confirm.json, which the benchmark report reads). With `tuning` (a tuning table) and `manifests`
+    (where its kernels were emitted and built) in place of a profile directory, the table's entries are
+    confirmed on the GPU at hand, with the benchmark's timing; `out` is then required."""
     if rounds < 1:
         raise ConfirmError(f"rounds must be at least 1 (got {rounds})")
     if grain not in METHODS:
@@ -101,10 +140,16 @@ def run(profile_dir: Path, rounds: int = 5, backend: str = "pycuda", gpu: int = 
     except re.error as e:
         raise ConfirmError(f"--match {match!r} is not a regular expression: {e}") from None
     say = say or (lambda s: print(s, file=sys.stderr, flush=True))
-    todo = [w for w in winners(profile_dir) if pattern is None or pattern.search(f"{w['op']} {_pkey(w)}")]
+    if (profile_dir is None) == (tuning is None):
+        raise ConfirmError("give a profile directory, or a tuning table (--tuning) with its manifests (--manifest)")
+    if tuning is not None and (not manifests or out is None):
+        raise ConfirmError("--tuning needs --manifest (where its kernels were built) and --out")
+    source = profile_dir / "profile.json" if profile_dir is not None else Path(tuning)
+    found = winners(profile_dir) if profile_dir is not None else tuning_winners(Path(tuning))
+    todo = [w for w in found if pattern is None or pattern.search(f"{w['op']} {_pkey(w)}")]
     if not todo:
-        raise ConfirmError(f"no winner of {profile_dir / 'profile.json'} matches {match!r}")
-    config, instances = _jobs(profile_dir)
+        raise ConfirmError(f"no winner of {source} matches {match!r}")
+    config, instances = _jobs(profile_dir) if profile_dir is not None else _manifest_jobs(list(manifests))
     config = config.replace(check=False)
     baseline = (config.baselines or ("cublas",))[0]
     out_path = Path(out) if out else profile_dir / CONFIRM_FILE
@@ -210,7 +255,8 @@ def _one(engine: Any, config: ProfileConfig, instances: dict[str, dict[str, Any]
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m emitter.profile.confirm", description=__doc__.split("\n\n")[0])
-    ap.add_argument("profile_dir", type=Path, help="an `emitter profile` output directory (profile.json, work/)")
+    ap.add_argument("profile_dir", type=Path, nargs="?",
+                    help="an `emitter profile` output directory (profile.json, work/); or give --tuning")
     ap.add_argument("--rounds", type=int, default=5, help="alternating rounds per (op, problem) (default 5)")
     ap.add_argument("--backend", choices=("pycuda", "fake"), default="pycuda")
     ap.add_argument("--resume", action="store_true", help="keep the rows the output file already has")
@@ -219,9 +265,14 @@ def main(argv: list[str] | None = None) -> int:
                          "whole measurement in turn (the method before 2026-11-24, to compare with)")
     ap.add_argument("--match", metavar="REGEX", help="confirm only the rows whose '<op> <m>x<n>x<k>' matches")
     ap.add_argument("--out", type=Path, help=f"output file (default PROFILE_DIR/{CONFIRM_FILE}, which the report reads)")
+    ap.add_argument("--tuning", type=Path, help="confirm a tuning table's entries (tuning.json) instead of a profile's "
+                                                "winners, on this GPU; needs --manifest and --out")
+    ap.add_argument("--manifest", type=Path, action="append", default=[],
+                    help="with --tuning: an emitted and built library (its directory or manifest.json); repeatable")
     a = ap.parse_args(argv)
     try:
-        res = run(a.profile_dir, a.rounds, a.backend, resume=a.resume, grain=a.grain, match=a.match, out=a.out)
+        res = run(a.profile_dir, a.rounds, a.backend, resume=a.resume, grain=a.grain, match=a.match, out=a.out,
+                  tuning=a.tuning, manifests=tuple(a.manifest))
     except ConfirmError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
