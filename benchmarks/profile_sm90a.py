@@ -49,6 +49,17 @@ def _llm_rows(ms: list[int]) -> list[str]:
     return [f"- {{m: {ms}, n: {n}, k: {k}}}" for n, k in LLM_NK]
 
 
+def _problem(text: str) -> tuple[int, int, int]:
+    """--problem MxNxK -> (m, n, k)."""
+    try:
+        m, n, k = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"problem {text!r}: expected MxNxK, e.g. 1024x1024x1024") from None
+    if min(m, n, k) < 1:
+        raise argparse.ArgumentTypeError(f"problem {text!r}: M, N and K must be positive")
+    return m, n, k
+
+
 SHAPES = {
     "all": ["- set: square", "- set: llm"],
     "square": ["- set: square"],
@@ -509,6 +520,8 @@ def main() -> int:
     ap.add_argument("--gen", default=None, help="where to emit and build (default OUT/gen)")
     ap.add_argument("--select", action="append", default=[], help=f"instance selection (repeatable; default {DEFAULT_SELECT})")
     ap.add_argument("--shapes", choices=sorted(SHAPES), default="all", help="problem sweep")
+    ap.add_argument("--problem", action="append", default=[], type=_problem, metavar="MxNxK",
+                    help="profile these problems instead of --shapes (repeatable), e.g. --problem 1024x1024x1024")
     ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 4, help="nvcc processes")
     ap.add_argument("--no-verify", action="store_true", help="skip `emitter verify --quick` before profiling")
     ap.add_argument("--min-duration-ms", type=float, default=20.0, help="timed launches per repeat (ms)")
@@ -566,18 +579,19 @@ def main() -> int:
                                                *sel], out / "verify.log", ok_codes=(0, 1))
 
     select_lines = "".join(f"\n  - {json.dumps(s)}" for s in (args.select or DEFAULT_SELECT))
+    problems = [f"- {{m: {m}, n: {n}, k: {k}}}" for m, n, k in args.problem] or SHAPES[args.shapes]
     config = out / "profile.yaml"
     config.write_text(
         "# written by benchmarks/profile_sm90a.py\n"
         f"manifests: [{json.dumps(str(gen))}]\n"
         f"select:{select_lines}\n"
-        + "problems:\n" + "".join(f"  {line}\n" for line in SHAPES[args.shapes])
+        + "problems:\n" + "".join(f"  {line}\n" for line in problems)
         + f"timing: {{warmup: 10, warmup_ms: {args.warmup_ms:g}, min_duration_ms: {args.min_duration_ms}, max_iterations: 400, "
           f"repeats: {args.repeats}}}\n"
         + "baselines: [cublas]\n"
         + (f"scheduler: {args.scheduler}\n" if args.scheduler else "")
         + f"output: {{dir: {json.dumps(str(out / 'profile'))}}}\n")
-    commands.append(f"python3 -m emitter profile profile.yaml -o profile   # profile.yaml: {SHAPES[args.shapes]}, "
+    commands.append(f"python3 -m emitter profile profile.yaml -o profile   # profile.yaml: {problems}, "
                     f"repeats {args.repeats}, {args.min_duration_ms:g} ms per repeat, warm-up {args.warmup_ms:g} ms"
                     + (f", scheduler {args.scheduler}" if args.scheduler else ""))
     if args.resume and (out / "run.json").is_file():     # the first sitting's commands and step times
