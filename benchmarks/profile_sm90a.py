@@ -60,6 +60,11 @@ def _problem(text: str) -> tuple[int, int, int]:
     return m, n, k
 
 
+def problem_lines(problems: list[tuple[int, int, int]], shapes: str) -> list[str]:
+    """The profile config's `problems:` lines: the --problem list if any, else the --shapes set."""
+    return [f"- {{m: {m}, n: {n}, k: {k}}}" for m, n, k in problems] or SHAPES[shapes]
+
+
 SHAPES = {
     "all": ["- set: square", "- set: llm"],
     "square": ["- set: square"],
@@ -579,7 +584,7 @@ def main() -> int:
                                                *sel], out / "verify.log", ok_codes=(0, 1))
 
     select_lines = "".join(f"\n  - {json.dumps(s)}" for s in (args.select or DEFAULT_SELECT))
-    problems = [f"- {{m: {m}, n: {n}, k: {k}}}" for m, n, k in args.problem] or SHAPES[args.shapes]
+    problems = problem_lines(args.problem, args.shapes)
     config = out / "profile.yaml"
     config.write_text(
         "# written by benchmarks/profile_sm90a.py\n"

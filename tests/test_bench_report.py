@@ -214,3 +214,22 @@ def test_runs_on_two_gpus_get_a_section_and_a_tuning_table_each(tmp_path):
     assert json.loads((perf / "tuning.nvidia-h100-80gb-hbm3.json").read_text())["entries"][0]["tag"] == "h100"
     assert "docs/perf/tuning.nvidia-h100-80gb-hbm3.json" in text
     assert len(json.loads((perf / "summary.json").read_text())["gpus"]) == 2
+
+
+def test_problem_option_replaces_the_shape_set():
+    """--problem MxNxK (repeatable) profiles just those problems; a malformed one is refused with the form."""
+    import argparse
+
+    import pytest
+
+    from emitter.profile.config import parse_config_text
+
+    bench = _bench()
+    probs = [bench._problem("1024x1024x1024"), bench._problem("512X4096x14336")]
+    assert probs == [(1024, 1024, 1024), (512, 4096, 14336)]
+    text = "manifests: [x]\nproblems:\n" + "".join(f"  {line}\n" for line in bench.problem_lines(probs, "all"))
+    assert [(p.m, p.n, p.k) for p in parse_config_text(text, "p.yaml").problems] == probs
+    assert bench.problem_lines([], "square") == bench.SHAPES["square"]
+    for bad in ("1024x1024", "1024x0x1024", "axbxc"):
+        with pytest.raises(argparse.ArgumentTypeError, match="MxNxK|positive"):
+            bench._problem(bad)
