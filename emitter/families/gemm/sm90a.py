@@ -68,8 +68,19 @@ def _instruction_k(a: DType) -> int:
     return 256 // a.bits
 
 
+def _extended_mma(inst: GemmInstance) -> bool:
+    """Whether the tile N needs CUTLASS's extended wgmma shapes (CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED: every
+    multiple of 8 up to 256 for the floating-point types): without them the builder would split a tile N such as
+    112 or 144 into wgmmas of N = 16, each re-reading A from shared memory. cuBLAS's own Hopper kernels use such
+    tiles (nvjet_sm90_tst_112x128 on 128x14336x4096: 128 tiles, one wave) to fit the tile count to the SMs."""
+    base = next((g for g in _GMMA_N if inst.tile.n % g == 0), 8)
+    return base < inst.tile.n <= 256 and inst.tile.n % 8 == 0 and inst.a.is_float and inst.b.is_float
+
+
 def _instruction(inst: GemmInstance) -> Shape3:
     n = next((g for g in _GMMA_N if inst.tile.n % g == 0), 8)
+    if _extended_mma(inst):
+        n = inst.tile.n
     return Shape3(64, n, _instruction_k(inst.a))
 
 
@@ -738,6 +749,7 @@ def template_context(inst: GemmInstance) -> dict[str, Any]:
         "alignment_bias": TMA_ALIGNMENT_BITS // inst.c.bits,
         "tile_shape": _shape(inst.tile), "cluster_shape": _shape(inst.cluster),
         "instruction_shape": _shape(inst.instruction),
+        "extended_mma": _extended_mma(inst),
         "tile": inst.tile, "cluster": inst.cluster, "instruction": inst.instruction,
         "dtypes_text": f"{inst.a} x {inst.b} -> {inst.accumulator}",
         "majors_text": f"A {'K' if _k_major_a(inst) else 'M'}-major, B {'K' if _k_major_b(inst) else 'N'}-major",
