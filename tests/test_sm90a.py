@@ -358,8 +358,13 @@ def test_resolve_fills_derived_fields():
 
 @pytest.mark.parametrize("dtype,tile,instruction", [
     (T.bf16, (64, 128, 64), (64, 128, 16)), (T.f16, (128, 192, 64), (64, 192, 16)),
-    (T.bf16, (128, 40, 64), (64, 8, 16)), (T.e4m3, (128, 256, 128), (64, 256, 32)),
+    (T.e4m3, (128, 256, 128), (64, 256, 32)),
     (T.f32, (128, 96, 32), (64, 96, 8)), (T.s8, (128, 64, 128), (64, 64, 32)),
+    # tile N outside the base set: one wgmma of the tile's N from CUTLASS's extended shapes (floating point);
+    # the integer types keep the base set (their extended list lacks some multiples of 8)
+    (T.bf16, (128, 40, 64), (64, 40, 16)), (T.bf16, (128, 112, 64), (64, 112, 16)),
+    (T.e4m3, (128, 112, 128), (64, 112, 32)), (T.f16, (64, 144, 64), (64, 144, 16)),
+    (T.s8, (128, 112, 128), (64, 16, 32)),
 ])
 def test_instruction_is_what_the_builder_picks(dtype, tile, instruction):
     kw = dict(a=dtype, tile=tile, cluster=(1, 1, 1))
@@ -369,6 +374,10 @@ def test_instruction_is_what_the_builder_picks(dtype, tile, instruction):
         kw.update(d=T.bf16)
     assert ok(make(**kw)).instruction == Shape3(*instruction)
     assert ok(make(**kw, instruction=instruction)).instruction == Shape3(*instruction)
+    r = ok(make(**kw))
+    extended = sm90a._extended_mma(r)
+    assert extended == (tile[1] not in (8, 16, 32, 64, 96, 128, 192, 256) and dtype is not T.s8)
+    assert ("#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED" in render(r, "x")) == extended
 
 
 def test_schedule_choice_is_deterministic():
@@ -628,7 +637,8 @@ def test_shared_memory_model_matches_nvcc(tmp_path):
     static_asserts run, including emitter's wgmma-shape check) and prints CUTLASS's sizes."""
     insts = [ok(make(**c)) for c in PROBE]
     head = render(insts[0], "probe_head").split("namespace emitter_probe_head")[0]
-    parts = [head, "#include <cstdio>"]
+    ext = any(sm90a._extended_mma(r) for r in insts)   # one program: the extended wgmma shapes for all or none
+    parts = ["#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED"] * ext + [head, "#include <cstdio>"]
     for i, r in enumerate(insts):
         parts.append(f"namespace emitter_p{i} {{")
         parts += [render(r, f"p{i}", level) for level in ("mma", "epilogue", "mainloop", "kernel")]
@@ -676,6 +686,10 @@ COMPILED = {  # the representative instances of the brief
     "stream_k_split_k_serial": dict(tile=(128, 128, 64), split_k=SplitK.serial),
     "bias_relu": dict(tile=(128, 256, 64), activation=Activation.relu, bias=Bias.column),
     "batched": dict(tile=(128, 128, 64), batched=True, scheduler=TileScheduler.stream_k, d=T.f32, c=T.f32),
+    # tile N = 112 (cuBLAS's nvjet tile for 128x14336x4096: 128 tiles, one wave): one 64x112 wgmma, from CUTLASS's
+    # extended shapes (CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED, defined by the instance)
+    "bf16_pingpong_128x112_extended_wgmma": dict(tile=(128, 112, 64), cluster=(2, 1, 1),
+                                                 kernel=KernelSchedule.pingpong),
     # decode (M = 16): A and B swapped, the 16 rows are the kernel's tile N
     "swap_ab_decode": dict(tile=(64, 16, 128), cluster=(2, 1, 1), kernel=KernelSchedule.pingpong, swap_ab=True),
 }
