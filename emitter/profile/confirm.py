@@ -89,20 +89,16 @@ TUNING_TIMING = Timing(warmup=10, warmup_ms=25.0, min_duration_ms=10.0, max_iter
 
 
 def _manifest_jobs(manifests: list[Path]) -> tuple[ProfileConfig, dict[str, dict[str, Any]]]:
-    from emitter.manifest import ManifestError, load, manifest_path
+    from emitter.errors import EmitterError
+    from emitter.profile.runner import plan
 
-    instances: dict[str, dict[str, Any]] = {}
-    for m in manifests:
-        try:
-            data = load(m)
-        except ManifestError as e:
-            raise ConfirmError(str(e)) from None
-        root = str(manifest_path(m).parent)
-        for e in data["instances"]:
-            instances.setdefault(e["name"], {"root": root, "entry": e})
     config = ProfileConfig(file="<confirm --tuning>", manifests=tuple(str(m) for m in manifests), problems=(),
                            timing=TUNING_TIMING)
-    return config, instances
+    try:
+        instances = plan(config).instances       # the profiler's own loading: the first manifest holding a name wins
+    except EmitterError as e:
+        raise ConfirmError(str(e)) from None
+    return config, {i["entry"]["name"]: i for i in instances}
 
 
 def _jobs(profile_dir: Path) -> tuple[ProfileConfig, dict[str, dict[str, Any]]]:

@@ -68,19 +68,22 @@ def _instruction_k(a: DType) -> int:
     return 256 // a.bits
 
 
+def _base_gmma_n(tile_n: int) -> int:
+    """The wgmma N the builder picks without the extended shapes: the largest of _GMMA_N that divides the tile N."""
+    return next((g for g in _GMMA_N if tile_n % g == 0), 8)
+
+
 def _extended_mma(inst: GemmInstance) -> bool:
     """Whether the tile N needs CUTLASS's extended wgmma shapes (CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED: every
     multiple of 8 up to 256 for the floating-point types): without them the builder would split a tile N such as
     112 or 144 into wgmmas of N = 16, each re-reading A from shared memory. cuBLAS's own Hopper kernels use such
     tiles (nvjet_sm90_tst_112x128 on 128x14336x4096: 128 tiles, one wave) to fit the tile count to the SMs."""
-    base = next((g for g in _GMMA_N if inst.tile.n % g == 0), 8)
-    return base < inst.tile.n <= 256 and inst.tile.n % 8 == 0 and inst.a.is_float and inst.b.is_float
+    n = inst.tile.n
+    return _base_gmma_n(n) < n <= 256 and n % 8 == 0 and inst.a.is_float and inst.b.is_float
 
 
 def _instruction(inst: GemmInstance) -> Shape3:
-    n = next((g for g in _GMMA_N if inst.tile.n % g == 0), 8)
-    if _extended_mma(inst):
-        n = inst.tile.n
+    n = inst.tile.n if _extended_mma(inst) else _base_gmma_n(inst.tile.n)
     return Shape3(64, n, _instruction_k(inst.a))
 
 
