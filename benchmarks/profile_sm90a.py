@@ -149,19 +149,28 @@ def summarize(profile_json: Path) -> dict:
         # launch: kernel and baseline alternated launch by launch (emitter.profile.confirm since 2026-11-24);
         # round: each side's whole measurement in turn (before)
         grain = "launch" if c.get("method") == CONFIRM_METHODS["launch"] else "round"
-        conf = {(r["op"], r["m"], r["n"], r["k"], r["kernel"], r["split_k"], r["options"]): (r, c["rounds"])
-                for r in c["rows"] if r.get("status") == "ok"}
+        conf = {(r["op"], r["m"], r["n"], r["k"]): (r, c["rounds"]) for r in c["rows"] if r.get("status") == "ok"}
+    # a confirmation with --candidates may choose another of the sweep's kernels: the row is then that kernel's
+    kernels = {(r["op"], r["m"], r["n"], r["k"], r["name"], int(r.get("split_k") or 1), int(r.get("options") or 0)): r
+               for r in data["rows"] if r["kind"] == "kernel"}
     for r in sorted(best, key=lambda r: (r["op"], r["m"] * r["n"] * r["k"], r["m"], r["n"], r["k"])):
         b = base.get((r["op"], r["m"], r["n"], r["k"]), {})
         peak = DENSE_PEAK.get(r["a"])
-        hh = conf.get((r["op"], r["m"], r["n"], r["k"], r["name"], int(r.get("split_k") or 1), int(r.get("options") or 0)))
+        hh = conf.get((r["op"], r["m"], r["n"], r["k"]))
+        chosen = kernels.get((r["op"], r["m"], r["n"], r["k"], hh[0]["kernel"], hh[0]["split_k"], hh[0]["options"])) if hh else None
+        if hh and chosen is None:
+            hh = None           # confirmed a kernel this profile does not hold: the sweep's figure stands
         if hh:
+            swept = r
+            r = chosen
             flops = 2.0 * r["m"] * r["n"] * r["k"] * (r.get("batch") or 1)
             row, rounds = hh
             r = {**r, "tflops": round(flops / (row["kernel_ms"] * 1e-3) / 1e12, 2),
-                 "ratio_to_baseline": row["ratio"], "sweep_ratio": r["ratio_to_baseline"],
+                 "ratio_to_baseline": row["ratio"], "sweep_ratio": swept["ratio_to_baseline"],
                  "confirm": {"rounds": rounds, "grain": grain, "min": row["ratio_min"], "max": row["ratio_max"],
-                             **({"shared": True} if row.get("shared_with") else {})}}
+                             **({"shared": True} if row.get("shared_with") else {}),
+                             **({"candidates": len(row["candidates"])} if row.get("candidates") else {}),
+                             **({"sweep_kernel": swept["name"]} if swept is not chosen else {})}}
             b = {**b, "tflops": round(flops / (row["baseline_ms"] * 1e-3) / 1e12, 2)}
         ops.setdefault(r["op"], []).append({
             "m": r["m"], "n": r["n"], "k": r["k"], "kernel": r["name"], "split_k": int(r.get("split_k") or 1),
@@ -387,7 +396,8 @@ def markdown(summary: dict, plots: list[str], notes: str, depth: int = 0) -> str
         for x in g["rows"]:
             kern = _kernel_text({"name": x["kernel"], "split_k": x["split_k"], "scheduler": x.get("scheduler")})
             rng = (f" [{x['confirm']['min']:.3f}-{x['confirm']['max']:.3f}]"
-                   + (" **shared GPU**" if x["confirm"].get("shared") else "")) if x.get("confirm") else ""
+                   + (" **shared GPU**" if x["confirm"].get("shared") else "")
+                   + (" *" if x["confirm"].get("sweep_kernel") else "")) if x.get("confirm") else ""
             out.append(f"| {x['m']}x{x['n']}x{x['k']} | `{kern}` | {x['tflops'] or 0:.1f} | {x['pct_peak'] or 0:.1f} | "
                        f"{x['baseline_tflops'] or 0:.1f} | {x['ratio'] or 0:.3f}{rng}{' (tie)' if x['tied'] else ''} |"
                        + (f" {_err(x.get('rel_err'))} / {_err(x.get('baseline_rel_err'))} |" if errors else "")
@@ -407,6 +417,12 @@ def markdown(summary: dict, plots: list[str], notes: str, depth: int = 0) -> str
                     "process held the GPU while it was timed, by nvidia-smi; not a figure of the card). The sweep's own "
                     "ratio (one baseline timing against the best of many kernel timings) is `sweep_ratio` in "
                     "docs/perf/summary.json."]
+            if any(x["confirm"].get("candidates") for x in g["rows"] if x.get("confirm")):
+                out += ["", "Runs confirmed with `--candidates`: each shape's fastest kernels of the sweep (within "
+                        "10% of the fastest, by default) were each timed head to head with the baseline, the best "
+                        "ratio chose the kernel, and the chosen one was timed head to head again for the figure shown "
+                        "(the best of several noisy ratios would read high). `*`: chosen over the sweep's winner "
+                        "(`confirm.sweep_kernel` in docs/perf/summary.json)."]
         if errors:
             out += ["", "Error: relative Frobenius error of D against an fp32 reference (torch, no TF32) on the "
                     "same inputs, for the best kernel and for the baseline (`-`: not recorded by that run)."]
@@ -540,6 +556,13 @@ def main() -> int:
                     help="after the sweep, time each shape's winner against the baseline, launch by launch in "
                          "alternation, ROUNDS times (emitter.profile.confirm); the report takes that ratio (0: the "
                          "sweep's own)")
+    ap.add_argument("--candidates", type=int, default=3, metavar="K",
+                    help="with --confirm: confirm each shape's K fastest kernels of the sweep (within --within of the "
+                         "fastest), keep the best head to head and time it once more; the tuning table follows "
+                         "(default 3; 1: the sweep's winner only)")
+    ap.add_argument("--within", type=float, default=0.10, metavar="FRACTION",
+                    help="with --candidates: kernels whose sweep median is within this fraction of the fastest's "
+                         "(default 0.10)")
     ap.add_argument("--skip-build", action="store_true", help="reuse the build in --gen")
     ap.add_argument("--stall-timeout", type=float, default=120.0, help="seconds before a hung kernel is killed")
     ap.add_argument("--resume", action="store_true",
@@ -610,10 +633,11 @@ def main() -> int:
         "profile", py + ["profile", str(config), "-o", str(out / "profile"), "--stall-timeout", str(args.stall_timeout)]
         + (["--resume"] if args.resume else []), out / "profile.log" if not args.resume else out / "profile.resume.log")
     if args.confirm:
-        commands.append(f"python3 -m emitter.profile.confirm profile --rounds {args.confirm}")
+        pick = ["--candidates", str(args.candidates), "--within", f"{args.within:g}"] if args.candidates > 1 else []
+        commands.append(f"python3 -m emitter.profile.confirm profile --rounds {args.confirm} {' '.join(pick)}".rstrip())
         times["confirm"] = times.get("confirm", 0.0) + step(
             "confirm", [sys.executable, "-m", "emitter.profile.confirm", str(out / "profile"), "--rounds",
-                        str(args.confirm)] + (["--resume"] if args.resume else []),
+                        str(args.confirm), *pick] + (["--resume"] if args.resume else []),
             out / "confirm.log", ok_codes=(0, 1, 2))   # a confirm that failed leaves the sweep's report
     (out / "run.json").write_text(json.dumps({"commands": commands, "times": times, "argv": sys.argv[1:],
                                               "date": first.get("date")}, indent=1))

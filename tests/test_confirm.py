@@ -287,3 +287,135 @@ def test_a_tuning_table_is_confirmed_from_its_manifest(profiled, tmp_path):
     assert confirm.main(["--tuning", str(tuning), "--manifest", str(gen), "--out", str(tmp_path / "c.json"),
                          "--backend", "fake", "--rounds", "1"]) == 0
     assert confirm.main(["--rounds", "1", "--backend", "fake"]) == 2
+
+
+class Favouring(Drifting):
+    """Drifting, with one kernel twice as fast head to head as the sweep timed it (the sweep's standalone times
+    mislead at the power cap) and, optionally, one kernel that cannot be launched."""
+
+    def __init__(self, config, gpu, favour: str = "", refuse: str | None = None):
+        super().__init__(config, gpu, fail_on=refuse)
+        self.favour = favour
+
+    def head_to_head(self, kernel, data, m, baseline):
+        from dataclasses import replace
+
+        k, b = super().head_to_head(kernel, data, m, baseline)
+        return (replace(k, median_ms=k.median_ms * 0.5) if m.name == self.favour else k), b
+
+
+def _groups_with_rivals(profile_dir, k=3, within=1.0):
+    return [g for g in confirm.candidates(profile_dir, k, within) if len(g) > 1]
+
+
+def test_candidates_are_the_sweeps_fastest_within_range(profiled):
+    rows = json.loads((profiled / "profile.json").read_text())["rows"]
+    wins = confirm.winners(profiled)
+    groups = confirm.candidates(profiled, 3, 1.0)
+    assert [g[0] for g in groups] == [{**w, "sweep_ms": g[0]["sweep_ms"]} for w, g in zip(wins, groups)]
+    for g in groups:
+        assert 1 <= len(g) <= 3
+        idents = [(c["kernel"], c["split_k"], c["options"]) for c in g]
+        assert len(set(idents)) == len(idents)
+        times = [c["sweep_ms"] for c in g]
+        assert times[1:] == sorted(times[1:]) and all(t >= times[0] for t in times)
+        w = g[0]
+        ok = sorted(r["median_ms"] for r in rows if r["kind"] == "kernel" and r["status"] == "ok" and r["median_ms"]
+                    and (r["op"], r["m"], r["n"], r["k"]) == (w["op"], w["m"], w["n"], w["k"]))
+        assert times == ok[:len(g)]      # the fastest ones, in order (no rival is closer than the ones taken)
+    assert all(len(g) == 1 for g in confirm.candidates(profiled, 1, 1.0))
+    # `within` bounds them: nothing slower than the winner by more than that fraction
+    for g in confirm.candidates(profiled, 10, 0.05):
+        assert all(c["sweep_ms"] <= g[0]["sweep_ms"] * 1.05 for c in g)
+    assert _groups_with_rivals(profiled), "the fake profile should have problems with several kernels"
+
+
+def test_candidates_choose_the_best_head_to_head_and_retime_it(profiled, tmp_path):
+    """--candidates: each candidate head to head, the best ratio chosen (here a kernel the sweep ranked second),
+    timed once more for the row's figure; the tuning table and the benchmark report follow the choice."""
+    import shutil
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import profile_sm90a as bench
+    finally:
+        sys.path.pop(0)
+    out = tmp_path / "run" / "profile"
+    shutil.copytree(profiled, out)
+    for f in (confirm.CONFIRM_FILE, "tuning.sweep.json"):
+        (out / f).unlink(missing_ok=True)
+    sweep_table = json.loads((out / "tuning.json").read_text())
+    groups = confirm.candidates(out, 3, 1.0)
+    target = next(g for g in groups if len(g) > 1)
+    favour = target[1]["kernel"]
+    engines: list[Favouring] = []
+
+    def factory(c, g):
+        engines.append(Favouring(c, g, favour=favour))
+        return engines[-1]
+
+    res = confirm.run(out, rounds=2, engine_factory=factory, say=lambda s: None, candidates_k=3, within=1.0)
+    assert res["candidates"] == 3 and res["within"] == 1.0 and len(res["rows"]) == len(groups)
+    # every candidate `rounds` times, plus the chosen one again where there was a choice
+    assert len(engines[0].calls) == 2 * (sum(len(g) for g in groups) + sum(1 for g in groups if len(g) > 1))
+    row = next(r for r in res["rows"] if (r["op"], r["m"], r["n"], r["k"]) == (target[0]["op"], target[0]["m"],
+                                                                                  target[0]["n"], target[0]["k"]))
+    assert row["kernel"] == favour and row["sweep_kernel"]["kernel"] == target[0]["kernel"]
+    assert [c["kernel"] for c in row["candidates"]] == [c["kernel"] for c in target]
+    picked = next(c for c in row["candidates"] if c["kernel"] == favour)
+    assert picked["ratio"] == max(c["ratio"] for c in row["candidates"])
+    # the row's figure is the re-timing's (a later round on the drifting clock), not the one that chose it
+    assert len(row["samples"]) == 2 and row["kernel_ms"] != picked["kernel_ms"]
+    # a kernel that is not faster head to head leaves the sweep's choice
+    for r in res["rows"]:
+        if r is not row and favour not in [c["kernel"] for c in r.get("candidates", [])]:
+            assert "sweep_kernel" not in r
+    # the tuning table follows; the sweep's is kept
+    table = json.loads((out / "tuning.json").read_text())
+    assert json.loads((out / "tuning.sweep.json").read_text()) == sweep_table
+    e = next(e for e in table["entries"] if (e["op"]["key"], e["problem"]["m"], e["problem"]["n"], e["problem"]["k"])
+             == (row["op"], row["m"], row["n"], row["k"]))
+    assert e["kernel"] == favour and e["confirm"]["ratio"] == row["ratio"] and e["confirm"]["sweep_kernel"]["kernel"] \
+        == target[0]["kernel"] and e["confirm"]["candidates"] == len(target)
+    assert all("confirm" in x for x in table["entries"])
+    from emitter.library.tuning import load
+
+    assert any(t.kernel == favour for t in load(out / "tuning.json"))      # the library reads it
+    # the benchmark report takes the chosen kernel, its head-to-head figure, and marks it
+    s = bench.summarize(out / "profile.json")
+    x = next(x for x in s["ops"][row["op"]]["rows"] if (x["m"], x["n"], x["k"]) == (row["m"], row["n"], row["k"]))
+    assert x["kernel"] == favour and x["ratio"] == pytest.approx(row["ratio"])
+    assert x["confirm"]["sweep_kernel"] == target[0]["kernel"] and x["confirm"]["candidates"] == len(target)
+    text = bench.markdown({**bench.merge_runs([bench.load_run(out.parent)]), "runs": []}, [], "")
+    assert f"{x['ratio']:.3f} [{x['confirm']['min']:.3f}-{x['confirm']['max']:.3f}] *" in text
+    assert "chosen over the sweep's winner" in text
+    # --resume keeps the groups done; a second confirmation leaves tuning.sweep.json as the sweep wrote it
+    again = confirm.run(out, rounds=2, engine_factory=factory, say=lambda s: None, candidates_k=3, within=1.0,
+                        resume=True)
+    assert len(engines[-1].calls) == 0 and again["rows"] == res["rows"]
+    assert json.loads((out / "tuning.sweep.json").read_text()) == sweep_table
+
+
+def test_a_candidate_that_fails_is_passed_over(profiled, tmp_path):
+    import shutil
+
+    out = tmp_path / "res"
+    shutil.copytree(profiled, out)
+    (out / confirm.CONFIRM_FILE).unlink(missing_ok=True)
+    target = _groups_with_rivals(out)[0]
+    refused = target[0]["kernel"]            # the sweep's own winner cannot be launched head to head
+    res = confirm.run(out, rounds=1, engine_factory=lambda c, g: Favouring(c, g, refuse=refused), say=lambda s: None,
+                      candidates_k=3, within=1.0)
+    row = next(r for r in res["rows"] if (r["op"], r["m"], r["n"], r["k"]) == (target[0]["op"], target[0]["m"],
+                                                                                  target[0]["n"], target[0]["k"]))
+    assert row["status"] == "ok" and row["kernel"] != refused
+    bad = [c for c in row["candidates"] if c["status"] != "ok"]
+    assert [c["kernel"] for c in bad] == [refused] and "launch refused" in bad[0]["reason"]
+    # a candidate search needs the sweep's ranking: a tuning table has one kernel per problem
+    with pytest.raises(confirm.ConfirmError, match="needs a profile directory"):
+        confirm.run(None, rounds=1, say=lambda s: None, tuning=out / "tuning.json", manifests=(out,),
+                    out=tmp_path / "x.json", candidates_k=2)
+    with pytest.raises(confirm.ConfirmError, match="candidates must be at least 1"):
+        confirm.run(out, rounds=1, say=lambda s: None, candidates_k=0)
+    assert confirm.main([str(out), "--rounds", "1", "--backend", "fake", "--candidates", "2", "--within", "0.5"]) == 0
+    assert json.loads((out / confirm.CONFIRM_FILE).read_text())["candidates"] == 2

@@ -21,10 +21,23 @@ The check is off: every winner passed it in the sweep, on these problems. Around
 timed beside another process is marked `shared_with` and a warning is printed (a 2026-11-24 run showed what
 such a neighbour does to a baseline timing: 2.64x in the sweep, 0.978x head to head).
 
+With `candidates` K > 1 the sweep's choice is not taken as given: a sweep times each kernel alone, and at the
+power cap those standalone times are off by up to 10% (2026-11-24, an H100: the sweep chose a 128x256 tile for bf16
+512x14336x4096, 0.980x head to head, over a 128x112 tile that is 1.046x). Each (op, problem)'s K fastest kernels of
+the sweep (distinct kernel, split-K count and options; only those within `within` of the fastest's median) are
+each confirmed head to head, the one with the best ratio is chosen, and the chosen one is timed head to head once
+more, `rounds` rounds: that fresh figure is the row's, so the figure that picked the kernel is not the figure
+reported for it (the best of K noisy ratios is biased high). With one candidate in range there is nothing to pick
+and no re-timing. The profile's tuning table (tuning.json) is then rewritten to follow the confirmed choices, each
+entry with its head-to-head figure ("confirm"); the sweep's own table is kept as tuning.sweep.json.
+
 Output (confirm.json, rewritten atomically after every (op, problem), so a run cut short keeps what it did and
-`--resume` goes on): {"rounds": R, "method": ..., "rows": [{op, m, n, k, batch, kernel, split_k, options, status, reason,
-kernel_ms, baseline_ms, ratio, ratio_min, ratio_max, samples: [[kernel_ms, baseline_ms], ...], gpu: {before, after}
-(nvidia-smi readings), shared_with (only when another process was on the GPU)}]}.
+`--resume` goes on): {"rounds": R, "method": ..., "candidates": K, "within": W, "rows": [{op, m, n, k, batch, kernel,
+split_k, options, status, reason, kernel_ms, baseline_ms, ratio, ratio_min, ratio_max, samples: [[kernel_ms,
+baseline_ms], ...], gpu: {before, after} (nvidia-smi readings), shared_with (only when another process was on the
+GPU), sweep_kernel (the sweep's choice, when the row's kernel is another), candidates (K > 1: [{kernel, split_k,
+options, sweep_ms, status, reason, kernel_ms, baseline_ms, ratio, ratio_min, ratio_max}], fastest in the sweep
+first)}]}.
 """
 
 from __future__ import annotations
@@ -69,6 +82,32 @@ def winners(profile_dir: Path) -> list[dict[str, Any]]:
             "split_k": int(r.get("split_k") or 1), "options": int(r.get("options") or 0)}
            for r in rows if r.get("best") and r["kind"] == "kernel"]
     return sorted(out, key=lambda w: (w["m"], w["n"], w["k"], w["batch"], w["op"]))
+
+
+def candidates(profile_dir: Path, k: int, within: float) -> list[list[dict[str, Any]]]:
+    """Per (op, problem) of profile.json, in winners()'s order: its sweep's winner, then the next fastest kernels
+    that ran correctly (distinct kernel, split-K count and options) whose median is within `within` (a fraction)
+    of the winner's, `k` in all at most. Each in winners()'s form, with its sweep median (sweep_ms)."""
+    rows = json.loads((profile_dir / "profile.json").read_text(encoding="utf-8"))["rows"]
+    out = []
+    for w in winners(profile_dir):
+        group = [r for r in rows if r["kind"] == "kernel" and r.get("status") == OK and r.get("median_ms")
+                 and (r["op"], r["m"], r["n"], r["k"], r.get("batch", 1)) == (w["op"], w["m"], w["n"], w["k"], w["batch"])]
+        ident = (w["kernel"], w["split_k"], w["options"])
+        best = next((r for r in group if (r["name"], int(r.get("split_k") or 1), int(r.get("options") or 0)) == ident), None)
+        first = {**w, "sweep_ms": best["median_ms"] if best else None}
+        picked, seen = [first], {ident}
+        limit = best["median_ms"] * (1.0 + within) if best else None
+        for r in sorted(group, key=lambda r: (r["median_ms"], r["name"], r.get("split_k") or 1, r.get("options") or 0)):
+            i = (r["name"], int(r.get("split_k") or 1), int(r.get("options") or 0))
+            if len(picked) >= k or limit is None or r["median_ms"] > limit:
+                break
+            if i in seen:
+                continue
+            seen.add(i)
+            picked.append({**w, "kernel": i[0], "split_k": i[1], "options": i[2], "sweep_ms": r["median_ms"]})
+        out.append(picked)
+    return out
 
 
 def tuning_winners(tuning: Path) -> list[dict[str, Any]]:
@@ -118,7 +157,8 @@ def run(profile_dir: Path | None, rounds: int = 5, backend: str = "pycuda", gpu:
         say: Callable[[str], None] | None = None,
         watch: Callable[[], dict[str, Any]] | None = None,
         grain: str = "launch", match: str | None = None, out: Path | None = None,
-        tuning: Path | None = None, manifests: tuple[Path, ...] = ()) -> dict[str, Any]:
+        tuning: Path | None = None, manifests: tuple[Path, ...] = (), candidates_k: int = 1,
+        within: float = 0.10) -> dict[str, Any]:
     """Confirm every winner of `profile_dir` (see module doc); returns what confirm.json holds.
 
     grain: "launch" (the kernel and the baseline alternate launch by launch) or "round" (each side's whole
@@ -126,7 +166,9 @@ def run(profile_dir: Path | None, rounds: int = 5, backend: str = "pycuda", gpu:
     row's "<op> <m>x<n>x<k>" must contain, to confirm some rows only; out: the output file (default
     PROFILE_DIR/confirm.json, which the benchmark report reads). With `tuning` (a tuning table) and `manifests`
     (where its kernels were emitted and built) in place of a profile directory, the table's entries are
-    confirmed on the GPU at hand, with the benchmark's timing; `out` is then required."""
+    confirmed on the GPU at hand, with the benchmark's timing; `out` is then required. candidates_k, within: the
+    sweep's K fastest kernels within that fraction of the fastest are confirmed and the best is chosen (module
+    doc); a profile directory only."""
     if rounds < 1:
         raise ConfirmError(f"rounds must be at least 1 (got {rounds})")
     if grain not in METHODS:
@@ -140,9 +182,16 @@ def run(profile_dir: Path | None, rounds: int = 5, backend: str = "pycuda", gpu:
         raise ConfirmError("give a profile directory, or a tuning table (--tuning) with its manifests (--manifest)")
     if tuning is not None and (not manifests or out is None):
         raise ConfirmError("--tuning needs --manifest (where its kernels were built) and --out")
+    if candidates_k < 1 or within < 0:
+        raise ConfirmError(f"candidates must be at least 1 and within at least 0 (got {candidates_k}, {within})")
+    if tuning is not None and candidates_k > 1:
+        raise ConfirmError("--candidates needs a profile directory: a tuning table holds one kernel per problem")
     source = profile_dir / "profile.json" if profile_dir is not None else Path(tuning)
-    found = winners(profile_dir) if profile_dir is not None else tuning_winners(Path(tuning))
-    todo = [w for w in found if pattern is None or pattern.search(f"{w['op']} {_pkey(w)}")]
+    if profile_dir is not None and candidates_k > 1:
+        found_groups = candidates(profile_dir, candidates_k, within)
+    else:
+        found_groups = [[w] for w in (winners(profile_dir) if profile_dir is not None else tuning_winners(Path(tuning)))]
+    todo = [g for g in found_groups if pattern is None or pattern.search(f"{g[0]['op']} {_pkey(g[0])}")]
     if not todo:
         raise ConfirmError(f"no winner of {source} matches {match!r}")
     config, instances = _jobs(profile_dir) if profile_dir is not None else _manifest_jobs(list(manifests))
@@ -152,9 +201,12 @@ def run(profile_dir: Path | None, rounds: int = 5, backend: str = "pycuda", gpu:
     done: dict[tuple, dict[str, Any]] = {}
     if resume and out_path.is_file():
         old = json.loads(out_path.read_text(encoding="utf-8"))
-        if old.get("rounds") == rounds and old.get("method") == METHODS[grain]:
-            done = {_key(r): r for r in old.get("rows", []) if r.get("status") == OK}
-    result: dict[str, Any] = {"rounds": rounds, "method": METHODS[grain], "rows": []}
+        if (old.get("rounds") == rounds and old.get("method") == METHODS[grain]
+                and old.get("candidates", 1) == candidates_k and old.get("within", within) == within):
+            done = {_key(r.get("sweep_kernel", r)) if candidates_k == 1 else _gkey(r): r
+                    for r in old.get("rows", []) if r.get("status") == OK}
+    result: dict[str, Any] = {"rounds": rounds, "method": METHODS[grain], "candidates": candidates_k,
+                              "within": within, "rows": []}
     if engine_factory is not None:
         engine = engine_factory(config, gpu)
     elif backend == "fake":
@@ -172,14 +224,19 @@ def run(profile_dir: Path | None, rounds: int = 5, backend: str = "pycuda", gpu:
 
         def watch() -> dict[str, Any]:   # clock, power, temperature and other GPU processes, around each row
             return {"smi": nvidia_smi(index), "others": other_compute_processes(index)}
-    for w in todo:
-        if _key(w) in done:
-            result["rows"].append(done[_key(w)])
+    for group in todo:
+        w = group[0]
+        key = _key(w) if candidates_k == 1 else _gkey(w)
+        if key in done:
+            result["rows"].append(done[key])
             continue
-        row = {**w, "status": OK, "reason": None}
+        row = {**_ident(w), "status": OK, "reason": None}
         before = watch()
         try:
-            row.update(_one(engine, config, instances, loaded, w, baseline, rounds, grain))
+            if len(group) == 1:
+                row.update(_one(engine, config, instances, loaded, w, baseline, rounds, grain))
+            else:
+                row = _choose(engine, config, instances, loaded, group, baseline, rounds, grain, say)
             after = watch()
             row["gpu"] = {"before": before["smi"], "after": after["smi"]}
             others = {p["pid"]: p for p in (before["others"] or []) + (after["others"] or [])}
@@ -200,9 +257,102 @@ def run(profile_dir: Path | None, rounds: int = 5, backend: str = "pycuda", gpu:
         atomic_write_json(out_path, result)
         say(f"confirm {_pkey(w):>20} {w['op'][:28]:<28} ratio {row['ratio']:.3f} "
             f"[{row['ratio_min']:.3f}, {row['ratio_max']:.3f}]  {row['kernel_ms'] * 1e3:9.1f} us vs "
-            f"{row['baseline_ms'] * 1e3:9.1f} us")
+            f"{row['baseline_ms'] * 1e3:9.1f} us" + (f"  (chose {row['kernel']} over the sweep's "
+                                                     f"{row['sweep_kernel']['kernel']})" if "sweep_kernel" in row else ""))
     atomic_write_json(out_path, result)
+    if profile_dir is not None and out is None:
+        write_tuning(profile_dir, result)
     return result
+
+
+def _ident(w: dict[str, Any]) -> dict[str, Any]:
+    return {k: w[k] for k in ("op", "m", "n", "k", "batch", "kernel", "split_k", "options")}
+
+
+def _gkey(r: dict[str, Any]) -> tuple:
+    return (r["op"], r["m"], r["n"], r["k"], r.get("batch", 1))
+
+
+def _choose(engine: Any, config: ProfileConfig, instances: dict[str, dict[str, Any]], loaded: dict[str, Any],
+            group: list[dict[str, Any]], baseline: str, rounds: int, grain: str,
+            say: Callable[[str], None]) -> dict[str, Any]:
+    """Each candidate of `group` head to head with the baseline; the best ratio is chosen and timed again (its
+    row's figures are that second timing's). A candidate that fails is recorded and passed over; a CUDA fault,
+    or every candidate failing, raises (the sweep's winner's error)."""
+    tried: list[dict[str, Any]] = []
+    first_error: BaseException | None = None
+    for c in group:
+        entry = {**{k: c[k] for k in ("kernel", "split_k", "options")}, "sweep_ms": c.get("sweep_ms"),
+                 "status": OK, "reason": None}
+        try:
+            fig = _one(engine, config, instances, loaded, c, baseline, rounds, grain)
+        except Exception as e:      # noqa: BLE001 - a fault ends the group (and the run); others pass it over
+            status, fatal = engine.classify(e)
+            if fatal:
+                raise
+            first_error = first_error or e
+            entry.update(status=status, reason=_short(e))
+        else:
+            entry.update({k: v for k, v in fig.items() if k != "samples"})
+            say(f"  candidate {_pkey(c):>20} {c['kernel'][-60:]:<60} ratio {fig['ratio']:.3f}")
+        tried.append(entry)
+    ok = [t for t in tried if t["status"] == OK]
+    if not ok:
+        assert first_error is not None
+        raise first_error
+    pick = max(ok, key=lambda t: t["ratio"])          # max() keeps the first of equals: the sweep's order
+    chosen = {**group[0], "kernel": pick["kernel"], "split_k": pick["split_k"], "options": pick["options"]}
+    row = {**_ident(chosen), "status": OK, "reason": None}
+    row.update(_one(engine, config, instances, loaded, chosen, baseline, rounds, grain))
+    if (pick["kernel"], pick["split_k"], pick["options"]) != (group[0]["kernel"], group[0]["split_k"], group[0]["options"]):
+        row["sweep_kernel"] = {k: group[0][k] for k in ("kernel", "split_k", "options")}
+    row["candidates"] = tried
+    return row
+
+
+def write_tuning(profile_dir: Path, result: dict[str, Any]) -> Path:
+    """Rewrites PROFILE_DIR/tuning.json to follow the confirmed choices of `result` (a kernel the confirmation
+    chose over the sweep's replaces it), each entry with its head-to-head figure under "confirm"; the sweep's
+    own table is kept as tuning.sweep.json (written once, so a second confirmation does not overwrite it)."""
+    from dataclasses import replace
+
+    from emitter import __version__
+    from emitter.profile.report import build, from_json
+    from emitter.profile.selection import group_key, tuning_table
+
+    data = json.loads((profile_dir / "profile.json").read_text(encoding="utf-8"))
+    measurements, envs, config = from_json(data)
+    report = build(measurements, envs, config)
+    tuning_path = profile_dir / config.output.tuning
+    kept = profile_dir / (Path(config.output.tuning).stem + ".sweep.json")
+    if tuning_path.is_file() and not kept.is_file():
+        atomic_write_json(kept, json.loads(tuning_path.read_text(encoding="utf-8")))
+    by_ident = {(m.op.key, (m.problem.m, m.problem.n, m.problem.k, m.problem.batch), m.name, m.split_k, m.options): m
+                for m in measurements if m.kind == "kernel" and m.ok}
+    confirmed: dict[tuple, dict[str, Any]] = {}
+    choices = dict(report.choices)
+    for r in result["rows"]:
+        if r.get("status") != OK:
+            continue
+        gk = (r["op"], (r["m"], r["n"], r["k"], r.get("batch", 1)))
+        m = by_ident.get((*gk, r["kernel"], r["split_k"], r["options"]))
+        if m is None or gk not in choices:
+            continue
+        if choices[gk].winner is not m:
+            choices[gk] = replace(choices[gk], winner=m)
+        confirmed[gk] = {"ratio": r["ratio"], "ratio_min": r["ratio_min"], "ratio_max": r["ratio_max"],
+                         "kernel_ms": r["kernel_ms"], "baseline_ms": r["baseline_ms"], "rounds": result["rounds"],
+                         "method": result["method"], "candidates": len(r.get("candidates") or [1]),
+                         **({"sweep_kernel": r["sweep_kernel"]} if "sweep_kernel" in r else {})}
+    table = tuning_table(choices, report.figures, {**report.env, "emitter_version": __version__},
+                         config.tie_tolerance)
+    for e in table["entries"]:
+        p = e["problem"]
+        c = confirmed.get((e["op"]["key"], (p["m"], p["n"], p["k"], p.get("batch", 1))))
+        if c:
+            e["confirm"] = c
+    atomic_write_json(tuning_path, table)
+    return tuning_path
 
 
 def _key(r: dict[str, Any]) -> tuple:
@@ -263,12 +413,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help=f"output file (default PROFILE_DIR/{CONFIRM_FILE}, which the report reads)")
     ap.add_argument("--tuning", type=Path, help="confirm a tuning table's entries (tuning.json) instead of a profile's "
                                                 "winners, on this GPU; needs --manifest and --out")
+    ap.add_argument("--candidates", type=int, default=1, metavar="K",
+                    help="confirm each problem's K fastest kernels of the sweep and keep the best head to head "
+                         "(default 1: the sweep's winner only)")
+    ap.add_argument("--within", type=float, default=0.10, metavar="FRACTION",
+                    help="with --candidates: only kernels whose sweep median is within this fraction of the "
+                         "fastest's (default 0.10)")
     ap.add_argument("--manifest", type=Path, action="append", default=[],
                     help="with --tuning: an emitted and built library (its directory or manifest.json); repeatable")
     a = ap.parse_args(argv)
     try:
         res = run(a.profile_dir, a.rounds, a.backend, resume=a.resume, grain=a.grain, match=a.match, out=a.out,
-                  tuning=a.tuning, manifests=tuple(a.manifest))
+                  tuning=a.tuning, manifests=tuple(a.manifest), candidates_k=a.candidates, within=a.within)
     except ConfirmError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
