@@ -354,13 +354,15 @@ def test_candidates_choose_the_best_head_to_head_and_retime_it(profiled, tmp_pat
         engines.append(Favouring(c, g, favour=favour))
         return engines[-1]
 
-    res = confirm.run(out, rounds=2, engine_factory=factory, say=lambda s: None, candidates_k=3, within=1.0)
+    said: list[str] = []
+    res = confirm.run(out, rounds=2, engine_factory=factory, say=said.append, candidates_k=3, within=1.0)
     assert res["candidates"] == 3 and res["within"] == 1.0 and len(res["rows"]) == len(groups)
     # every candidate `rounds` times, plus the chosen one again where there was a choice
     assert len(engines[0].calls) == 2 * (sum(len(g) for g in groups) + sum(1 for g in groups if len(g) > 1))
     row = next(r for r in res["rows"] if (r["op"], r["m"], r["n"], r["k"]) == (target[0]["op"], target[0]["m"],
                                                                                   target[0]["n"], target[0]["k"]))
     assert row["kernel"] == favour and row["sweep_kernel"]["kernel"] == target[0]["kernel"]
+    assert any(f"chose {confirm._what(row)} over the sweep's {confirm._what(target[0])}" in s for s in said)
     assert [c["kernel"] for c in row["candidates"]] == [c["kernel"] for c in target]
     picked = next(c for c in row["candidates"] if c["kernel"] == favour)
     assert picked["ratio"] == max(c["ratio"] for c in row["candidates"])

@@ -53,7 +53,7 @@ from typing import Any, Callable
 
 from emitter.fsutil import atomic_write_json
 from emitter.profile.config import Problem, ProfileConfig, Timing
-from emitter.profile.records import OK, Measurement, Op
+from emitter.profile.records import OK, Measurement, Op, launch_label
 from emitter.profile.worker import _short
 
 CONFIRM_FILE = "confirm.json"
@@ -257,12 +257,16 @@ def run(profile_dir: Path | None, rounds: int = 5, backend: str = "pycuda", gpu:
         atomic_write_json(out_path, result)
         say(f"confirm {_pkey(w):>20} {w['op'][:28]:<28} ratio {row['ratio']:.3f} "
             f"[{row['ratio_min']:.3f}, {row['ratio_max']:.3f}]  {row['kernel_ms'] * 1e3:9.1f} us vs "
-            f"{row['baseline_ms'] * 1e3:9.1f} us" + (f"  (chose {row['kernel']} over the sweep's "
-                                                     f"{row['sweep_kernel']['kernel']})" if "sweep_kernel" in row else ""))
+            f"{row['baseline_ms'] * 1e3:9.1f} us" + (f"  (chose {_what(row)} over the sweep's "
+                                                     f"{_what(row['sweep_kernel'])})" if "sweep_kernel" in row else ""))
     atomic_write_json(out_path, result)
     if profile_dir is not None and out is None:
         write_tuning(profile_dir, result)
     return result
+
+
+def _what(w: dict[str, Any]) -> str:
+    return launch_label(w["kernel"], w["split_k"], w["options"])
 
 
 def _ident(w: dict[str, Any]) -> dict[str, Any]:
@@ -294,7 +298,7 @@ def _choose(engine: Any, config: ProfileConfig, instances: dict[str, dict[str, A
             entry.update(status=status, reason=_short(e))
         else:
             entry.update({k: v for k, v in fig.items() if k != "samples"})
-            say(f"  candidate {_pkey(c):>20} {c['kernel'][-60:]:<60} ratio {fig['ratio']:.3f}")
+            say(f"  candidate {_pkey(c):>20} {_what(c)[-70:]:<70} ratio {fig['ratio']:.3f}")
         tried.append(entry)
     ok = [t for t in tried if t["status"] == OK]
     if not ok:

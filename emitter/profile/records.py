@@ -96,6 +96,14 @@ def min_bytes(op: Op, p: Problem, beta: float) -> int:
     return ab + c + d + bias
 
 
+def launch_label(name: str, split_k: int = 1, options: int = 0) -> str:
+    """A kernel as launched: `<name>`, plus `@splitk<n>` above 1 slice and `@<options>` (`@swz4_rastern`) when set."""
+    from emitter.runtime.options import SchedulerOptions
+
+    out = name if split_k == 1 else f"{name}@splitk{split_k}"
+    return out + (f"@{SchedulerOptions.decode(options).label().replace(' ', '_')}" if options else "")
+
+
 @dataclass
 class Measurement:
     kind: str                       # "kernel" | "baseline"
@@ -117,8 +125,7 @@ class Measurement:
     def label(self) -> str:
         """What ran: the instance, plus its split-K slice count when it is above 1 (`<name>@splitk4`) and its
         run-time scheduler options when set (`<name>@swz4_rastern`)."""
-        out = self.name if self.split_k == 1 else f"{self.name}@splitk{self.split_k}"
-        return out + (f"@{self.options_label.replace(' ', '_')}" if self.options else "")
+        return launch_label(self.name, self.split_k, self.options)
 
     @property
     def options_label(self) -> str:
