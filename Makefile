@@ -45,8 +45,10 @@ bench: install           # emit speed (10,000 instances) and build overhead agai
 
 # bench-gpu: the method of the runs in docs/performance.md (warm-up 25 ms of GPU time, 3 repeats of >= 10 ms,
 # run-time swizzle x raster on each shape's 3 fastest kernels, then each winner against cuBLAS launch by launch in
-# alternation, 5 rounds: profile_sm90a.py --confirm 5, its default); on an H100 (run 2026-11-24c-h100): 196 s of
-# build, 23 of verify, 707 of profiling and 255 of confirmation
+# alternation, 5 rounds, each shape's 3 fastest kernels within 10% of the sweep's best, the best kept and timed
+# again: profile_sm90a.py --confirm 5 --candidates 3, its defaults); on an H100 (run 2026-11-24c-h100, one
+# candidate): 196 s of build, 23 of verify, 707 of profiling and 255 of confirmation; run 2026-11-24f-h100cand
+# (mid-m shapes, 3 candidates): 226 s of confirmation for 60 rows
 bench-gpu:               # on the GPU machine: build, verify and profile the sm90a configs vs cuBLAS (issue 6)
 	python3 benchmarks/profile_sm90a.py --out results/sm90a --shapes all --doc docs/performance.md \
 	  --repeats 3 --min-duration-ms 10 --warmup-ms 25 \
