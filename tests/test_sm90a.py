@@ -314,6 +314,9 @@ REJECTED = [
                                    kernel=KernelSchedule.cooperative, promotion_mode=Promotion.overlap)),
     ("fp8-overlap-registers", dict(a=T.e4m3, d=T.bf16, tile=(128, 128, 128), cluster=(1, 1, 1),
                                    kernel=KernelSchedule.pingpong, promotion_mode=Promotion.overlap)),
+    # 128x160 cooperative: 80 registers a set, 240 a thread (128x144, 216, compiles clean: COMPILED)
+    ("fp8-overlap-registers", dict(a=T.e4m3, d=T.bf16, tile=(128, 160, 128), cluster=(2, 1, 1),
+                                   kernel=KernelSchedule.cooperative, promotion_mode=Promotion.overlap)),
     ("fp8-overlap-interval", dict(a=T.e4m3, d=T.bf16, tile=(128, 128, 64), cluster=(1, 1, 1),
                                   kernel=KernelSchedule.cooperative, promotion_mode=Promotion.overlap)),
     ("fp8-overlap-interval", dict(a=T.e4m3, d=T.bf16, tile=(128, 128, 128), cluster=(1, 1, 1), promotion=8,
@@ -683,6 +686,11 @@ COMPILED = {  # the representative instances of the brief
     "e4m3_overlap_pingpong_c2x1": dict(a=T.e4m3, b=T.e4m3, c=T.bf16, d=T.bf16, tile=(64, 64, 128),
                                        cluster=(2, 1, 1), kernel=KernelSchedule.pingpong,
                                        promotion_mode=Promotion.overlap),
+    # ... and on cuBLASLt's large-shape tile N = 144 (an extended 64x144 wgmma), at the registers' limit: three sets
+    # of 72 a thread (FP8_OVERLAP_REGISTERS)
+    "e4m3_overlap_coop_128x144": dict(a=T.e4m3, b=T.e4m3, c=T.bf16, d=T.bf16, tile=(128, 144, 128),
+                                      cluster=(2, 1, 1), kernel=KernelSchedule.cooperative,
+                                      promotion_mode=Promotion.overlap),
     "stream_k_split_k_serial": dict(tile=(128, 128, 64), split_k=SplitK.serial),
     "bias_relu": dict(tile=(128, 256, 64), activation=Activation.relu, bias=Bias.column),
     "batched": dict(tile=(128, 128, 64), batched=True, scheduler=TileScheduler.stream_k, d=T.f32, c=T.f32),

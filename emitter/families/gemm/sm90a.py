@@ -58,7 +58,10 @@ _ACTIVATION_CPP = {
 # --------------------------------------------------------------------------------------------------
 
 MAX_ACCUMULATOR_REGISTERS = 128  # per consumer thread (32-bit accumulators)
-FP8_OVERLAP_REGISTERS = 192     # three accumulator sets (f32 + two tensor-core sets) per consumer thread
+# three accumulator sets (f32 + two tensor-core sets) per consumer thread. 216 = cooperative 128x144 (72 a set),
+# which nvcc 13.0 compiles with no spill and no serialized wgmma (2026-11-24; tests/test_sm90a.py COMPILED);
+# 128x256 (128 a set) spills.
+FP8_OVERLAP_REGISTERS = 216
 FP8_PROMOTION_INTERVAL = 4      # CollectiveMma<MainloopSm90TmaGmmaWarpSpecializedFP8>::Arguments::mma_promotion_interval
 RMEM_A_REGISTERS = 160           # accumulators + A fragments a thread, register-sourced A (tf32 M-major)
 
@@ -529,7 +532,7 @@ def _resolve_schedules(inst: GemmInstance) -> GemmInstance:
         _fail("fp8-overlap-registers",
               f"promotion: overlap holds three accumulator sets: tile {inst.tile.m}x{inst.tile.n} with the "
               f"{schedule} schedule is {acc_regs} registers a set, {3 * acc_regs} a thread (more than "
-              f"{FP8_OVERLAP_REGISTERS}); use cooperative 128x128 or ping-pong 64x128 (64 a set), or "
+              f"{FP8_OVERLAP_REGISTERS}); use cooperative up to 128x144 or ping-pong 64x128 (72 / 64 a set), or "
               "promotion: serial")
     # 32-bit (tf32) A in M-major order (layout n*, B K-major) is read by the register-sourced mainloop, which
     # holds a stage of A's fragments (tile m x tile k over the consumer threads) in registers besides the
