@@ -233,3 +233,23 @@ def test_problem_option_replaces_the_shape_set():
     for bad in ("1024x1024", "1024x0x1024", "axbxc"):
         with pytest.raises(argparse.ArgumentTypeError, match="MxNxK|positive"):
             bench._problem(bad)
+
+
+def test_the_published_tuning_tables_name_only_kernels_of_the_tuned_configs(tmp_path):
+    """docs/perf/tuning*.json (make perf-doc's merged tables, one per GPU) are what a user hands to
+    `emitter library --tuning`: every kernel they name must be emitted by the benchmark's default specs (the tuned
+    set), with split-K and options the library accepts, or the library cannot be built from them."""
+    from emitter.emit import emit
+    from emitter.library.tuning import load
+
+    bench = _bench()
+    gen = tmp_path / "gen"
+    emit([ROOT / s for s in bench.DEFAULT_SPECS], gen)
+    names = {i["name"] for i in json.loads((gen / "manifest.json").read_text())["instances"]}
+    tables = sorted((ROOT / "docs" / "perf").glob("tuning*.json"))
+    assert tables
+    for table in tables:
+        entries = load(table)
+        assert entries, table
+        missing = sorted({e.kernel for e in entries} - names)
+        assert not missing, f"{table.name} names kernels the tuned configs do not emit: {missing}"
