@@ -57,6 +57,15 @@ kernels:
     batched: true
     split_k: serial
     epilogue: {activation: sigmoid, bias: column}
+  # no C operand (void C): D = relu(alpha * A @ B + bias), split-K partials reduced before the late TMA stores
+  - arch: sm90a
+    dtype: {a: bf16, b: bf16, c: bf16, d: bf16, accumulator: f32}
+    layout: tn
+    tile: 128x128x64
+    cluster: 2x1x1
+    schedule: {kernel: cooperative}
+    split_k: serial
+    epilogue: {activation: relu, bias: row, source: false}
   # swap_ab (the host shim swaps A and B): a per-row bias becomes the swapped kernel's per-column bias, and
   # batch strides and leading dimensions swap with the operands
   - arch: sm90a

@@ -41,7 +41,7 @@ def make(a=T.bf16, b=None, c=None, d=None, acc=T.f32, compute=None, layout="tnt"
          bias=Bias.none, clamp=(0.0, 6.0), split_k=SplitK.none, batched=False, instruction=None,
          op_class=OpClass.tensorop, warp=None, fast_accum=False, swap_ab=False, swizzle=1,
          raster=Raster.heuristic, reduction=Reduction.deterministic, promotion=AUTO,
-         promotion_mode=Promotion.serial) -> GemmInstance:
+         promotion_mode=Promotion.serial, source=True) -> GemmInstance:
     """A candidate sm90a instance with every field explicit (defaults: bf16 TN 128x256x64, cluster 2x1x1)."""
     b = b or a
     d = d or c or a
@@ -57,7 +57,7 @@ def make(a=T.bf16, b=None, c=None, d=None, acc=T.f32, compute=None, layout="tnt"
         instruction=None if instruction is None else Shape3(*instruction), stages=stages,
         kernel_schedule=kernel, epilogue_schedule=epilogue, tile_scheduler=scheduler, swizzle=swizzle,
         alignment_a=align[0], alignment_b=align[1], alignment_c=align[2],
-        epilogue=Epilogue(activation, bias, clamp[0], clamp[1]), split_k=split_k, batched=batched,
+        epilogue=Epilogue(activation, bias, clamp[0], clamp[1], source), split_k=split_k, batched=batched,
         fp8_fast_accum=fast_accum, swap_ab=swap_ab, raster=raster, reduction=reduction,
         promotion_interval=promotion, promotion=promotion_mode)
 
@@ -219,6 +219,7 @@ def test_resolve_is_idempotent_on_cutlass_configs():
 # ------------------------------------------------------------------------------------------------
 
 REJECTED = [
+    ("sourceless-needs-tma", dict(tile=(128, 128, 64), epilogue=EpilogueSchedule.no_smem, source=False)),
     ("sm90a-op-class", dict(op_class=OpClass.simt)),
     ("sm90a-warp-shape", dict(warp=(64, 64, 64))),
     ("sm90a-f64", dict(a=T.f64, acc=T.f64, d=T.f64)),
@@ -631,6 +632,11 @@ PROBE = [  # a spread of paths: dtypes, layouts, schedules, epilogues, fusions, 
     dict(a=T.e4m3, c=T.bf16, d=T.bf16, tile=(128, 128, 128), scheduler=TileScheduler.stream_k, fast_accum=True),
     dict(a=T.e4m3, c=T.bf16, d=T.bf16, tile=(128, 128, 128), cluster=(1, 2, 1), kernel=KernelSchedule.pingpong,
          fast_accum=True),
+    # no C operand (`source: false`, void C): D's stages only, no reuse of C's buffers
+    dict(source=False),
+    dict(tile=(64, 128, 64), kernel=KernelSchedule.pingpong, source=False),
+    dict(tile=(128, 128, 64), activation=Activation.relu, bias=Bias.column, source=False, layout="tnn"),
+    dict(a=T.e4m3, c=T.bf16, d=T.bf16, tile=(128, 128, 128), source=False, fast_accum=True),
 ]
 
 
@@ -700,6 +706,8 @@ COMPILED = {  # the representative instances of the brief
                                                  kernel=KernelSchedule.pingpong),
     # decode (M = 16): A and B swapped, the 16 rows are the kernel's tile N
     "swap_ab_decode": dict(tile=(64, 16, 128), cluster=(2, 1, 1), kernel=KernelSchedule.pingpong, swap_ab=True),
+    # no C operand (spec `epilogue: {source: false}`, CUTLASS's void C): refuses beta != 0
+    "sourceless_coop_128x128": dict(tile=(128, 128, 64), source=False),
 }
 
 
@@ -770,6 +778,8 @@ def test_representative_instance_compiles(tmp_path, label):
         assert promo8 in (0, 4) and promo6 == 1
     else:
         assert promo8 == 1 and promo6 == 1
+    beta = query(ctypes.byref(Problem(**{**good, "beta": 0.5})), ctypes.byref(launch))
+    assert beta == 1 if not inst.epilogue.source else beta in (0, 4)   # a kernel without C cannot add beta * C
     status = query(ctypes.byref(Problem(**good)), ctypes.byref(launch))
     assert status in (0, 4)  # EMITTER_OK on a GPU machine; EMITTER_CUDA_ERROR (no device) elsewhere
     if status == 0:
@@ -902,3 +912,32 @@ def test_raster_is_the_callers_under_swap_ab():
     assert r.raster is Raster.along_m and "_rasterm_" in instance_name(r)
     assert sm90a.kernel_view(r).raster is Raster.along_n          # the caller's M is the kernel's N
     assert "RasterOrderOptions::AlongN;" in render(r, "swapped_raster")
+
+
+# ------------------------------------------------------------------------------------------------
+# no C operand (`epilogue: {source: false}`)
+
+def test_sourceless_epilogue_is_void_c_on_the_tma_epilogue():
+    r = ok(make(tile=(128, 128, 64), source=False))
+    assert r.epilogue_schedule is EpilogueSchedule.tma and not r.epilogue.source
+    assert instance_name(r).endswith("_identity_nosrc")
+    text = render(r, "t_0")
+    assert "using ElementC = void;" in text and "args.epilogue.ptr_C = nullptr;" in text
+    assert "if (p->beta != 0.0f) return EMITTER_CANNOT_IMPLEMENT;" in text
+    assert "D = identity(alpha * A @ B)" in text[:2000]
+    with_c = render(ok(make(tile=(128, 128, 64))), "t_0")
+    assert "using ElementC = cutlass::bfloat16_t;" in with_c and "ptr_C = nullptr" not in with_c
+    # no C buffers: the epilogue keeps D's two 128x32 stages only
+    e_src, e_none = sm90a._epilogue_smem(ok(make(tile=(128, 128, 64)))), sm90a._epilogue_smem(r)
+    assert e_none < e_src
+    # bias keeps C's type
+    rb = ok(make(tile=(128, 128, 64), bias=Bias.column, c=T.f32, d=T.bf16, source=False))
+    assert "using ElementBias = float;" in render(rb, "t_1")
+
+
+def test_sourceless_epilogue_rejections_name_the_fix():
+    r = sm90a.resolve(make(tile=(128, 128, 64), epilogue=EpilogueSchedule.no_smem, source=False))
+    assert isinstance(r, Rejection) and r.rule == "sourceless-needs-tma" and "epilogue: tma" in r.reason
+    # TMA epilogue impossible (alignment below 16 bytes): the rule says why
+    r = sm90a.resolve(make(tile=(128, 128, 64), cluster=(1, 1, 1), align=(8, 8, 4), source=False))
+    assert isinstance(r, Rejection) and r.rule in ("sourceless-needs-tma", "epilogue-tma"), r

@@ -177,6 +177,30 @@ def test_fp8_fast_accum_reaches_the_manifest_and_the_rejections(tmp_path):
     assert all("remove" in r["reason"] for r in m["rejected"])
 
 
+def test_sourceless_epilogue_reaches_the_manifest_and_the_rejections(tmp_path):
+    """`epilogue: {source: false}`: the sm90a kernel has no C operand (void C), named `nosrc`, with `source: false`
+    in its config; the kernels with C keep their names and configs; sm80 and the no-smem epilogue refuse it."""
+    import json
+
+    from emitter.emit import emit
+
+    spec = tmp_path / "ns.yaml"
+    spec.write_text(textwrap.dedent("""
+        - {arch: sm90a, dtype: bf16, tile: 128x128x64, cluster: 2x1x1, epilogue: {source: [true, false]}}
+        - {arch: sm90a, dtype: bf16, tile: 128x128x64, epilogue: {source: false}, schedule: {epilogue: nosmem}}
+        - {arch: sm80, dtype: f16, tile: 128x128x32, stages: 3, epilogue: {source: false}}
+    """))
+    emit([str(spec)], tmp_path / "out", jobs=1)
+    m = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    by_src = {i["config"]["epilogue"].get("source", True): i for i in m["instances"]}
+    assert sorted(by_src) == [False, True]
+    assert by_src[False]["name"] == by_src[True]["name"] + "_nosrc"
+    assert "source" not in by_src[True]["config"]["epilogue"]
+    assert "using ElementC = void;" in (tmp_path / "out" / by_src[False]["source"]).read_text()
+    rules = sorted((r["arch"], r["rule"]) for r in m["rejected"])
+    assert rules == [("sm80", "sourceless-3x-only"), ("sm90a", "sourceless-needs-tma")]
+
+
 def test_list_of_specs_file():
     assert len(expand_text("- {arch: sm90a, dtype: bf16, tile: 128x128x64}\n- {arch: sm80, dtype: f16, tile: 128x128x32}\n")) == 2
 

@@ -666,3 +666,24 @@ def test_serial_split_k_allows_partials_rounded_to_d():
     assert compare(cfg, encode(got, cfg.d), ref, False, split_k=4).status == "PASSED"
     got[0, 3, 4] += 30.0
     assert compare(cfg, encode(got, cfg.d), ref, False, split_k=4).status == "FAILED"
+
+
+def test_sourceless_instances_verify_with_beta_zero_and_refuse_beta(tmp_path):
+    """`epilogue: {source: false}` (sm90a void C): the default problems keep their shapes with beta = 0, a user
+    problem with beta != 0 is named as one it cannot run, and the (fake) shim refuses it."""
+    e = entry("nosrc", arch="sm90a", epilogue={"activation": "identity", "bias": "none", "source": False},
+              cluster=[1, 1, 1], warp=None, tile=[128, 128, 64])
+    cfg = GemmConfig.from_entry(e)
+    twin = entry("src", arch="sm90a", cluster=[1, 1, 1], warp=None, tile=[128, 128, 64])
+    assert not cfg.source and GemmConfig.from_entry(twin).source
+    probs = default_problems(cfg, quick=True)
+    assert probs and all(p.gemm.beta == 0.0 for p in probs)
+    with_c = default_problems(GemmConfig.from_entry(twin), quick=True)
+    assert {(p.gemm.m, p.gemm.n, p.gemm.k) for p in probs} == {(p.gemm.m, p.gemm.n, p.gemm.k) for p in with_c}
+    assert "no C operand" in cannot_run_reason(cfg, GemmProblem(128, 128, 128, beta=0.5))
+    run = run_fake(tmp_path, [e])
+    res = by_problem(run)
+    statuses = {label: r["status"] for label, r in res.items()}
+    assert sorted(statuses.values()) == ["PASSED", "SKIPPED"], statuses
+    skipped = [r for r in res.values() if r["status"] == "SKIPPED"][0]
+    assert "no C operand" in json.dumps(skipped)

@@ -51,6 +51,7 @@ class GemmConfig:
     persistent: bool = False       # on CUTLASS's persistent tile scheduler (not stream-K)
     swizzle: int = 1               # max_swizzle_size
     raster: str = "heuristic"      # heuristic | along_m | along_n, in the caller's terms
+    source: bool = True            # False: no C operand (sm90a `epilogue: {source: false}`): beta must be 0
 
     @property
     def problem_tile(self) -> tuple[int, int, int]:
@@ -121,6 +122,7 @@ class GemmConfig:
             persistent=cfg.get("tile_scheduler") == "persistent" and cfg.get("split_k", "none") == "none",
             swizzle=int(cfg.get("swizzle") or 1),
             raster=str(cfg.get("raster") or "heuristic"),
+            source=bool(ep.get("source", True)),
         )
 
 

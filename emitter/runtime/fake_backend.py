@@ -100,6 +100,9 @@ class FakeBackend(Backend):
             raise CannotImplement(f"{kernel.name}: split-K is not enabled for this instance")
         if problem.batch > 1 and not cfg.batched:
             raise CannotImplement(f"{kernel.name}: batched problems are not enabled for this instance")
+        if not cfg.source and problem.beta != 0.0:
+            raise CannotImplement(f"{kernel.name}: no C operand (epilogue source: false), so beta must be 0, "
+                                  f"not {problem.beta}")
         why = unsupported(cfg, problem.options)
         if why:
             raise CannotImplement(f"{kernel.name}: {why}")
@@ -126,7 +129,7 @@ class FakeBackend(Backend):
         acc = np.matmul(A[:, :, :k_used].astype(acc_t), B[:, :k_used, :].astype(acc_t)).astype(np.float64)
         beta = 0.0 if "drop_beta" in kinds else p.beta
         z = p.alpha * acc
-        if buffers.C is not None and beta != 0.0:
+        if cfg.source and buffers.C is not None and beta != 0.0:
             z = z + beta * decode(lc.gather(buffers.C), cfg.c)
         if cfg.bias != "none" and buffers.bias is not None:
             vec = decode(buffers.bias, cfg.c)

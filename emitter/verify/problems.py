@@ -109,6 +109,9 @@ def cannot_run_reason(cfg: GemmConfig, p: GemmProblem) -> str | None:
         return f"batch={p.batch}: the instance is not batched (batched: true in the spec enables it)"
     if p.split_k > 1 and cfg.split_k == "none":
         return f"split_k={p.split_k}: the instance has no split-K (split_k: serial|parallel in the spec)"
+    if p.beta != 0.0 and not cfg.source:
+        return (f"beta={p.beta:g}: the instance has no C operand (epilogue source: false), so it computes "
+                f"beta = 0 only")
     mm, mn, mk = dim_multiples(cfg)
     for name, v, mult in (("m", p.m, mm), ("n", p.n, mn), ("k", p.k, mk)):
         if v % mult:
@@ -141,6 +144,8 @@ def default_problems(cfg: GemmConfig, quick: bool = False) -> list[VerifyProblem
     tm, tn, tk = cfg.problem_tile
 
     def P(m: int, n: int, k: int, data: str, alpha: float = 1.0, beta: float = 0.0, **kw: Any) -> VerifyProblem:
+        if not cfg.source:   # no C operand: the same shapes with beta = 0 (duplicates drop out below)
+            beta = 0.0
         return VerifyProblem(GemmProblem(_up(m, mm), _up(n, mn), _up(k, mk), alpha=alpha, beta=beta, **kw), data)
 
     out = [

@@ -169,6 +169,10 @@ class Epilogue:
     # clamp bounds (only for activation=clamp); floats, rendered as C++ literals by Python, never pasted text
     clamp_min: float = 0.0
     clamp_max: float = 6.0
+    # False: no C operand, D = act(alpha * A @ B (+ bias)) (CUTLASS's ElementC = void, sm90a TMA epilogue):
+    # no shared memory or load pipeline for C, and the epilogue's TMA stores are issued late (DelayTmaStore).
+    # Such a kernel refuses beta != 0 (cannot implement).
+    source: bool = True
 
 
 @dataclass(frozen=True)
@@ -247,6 +251,8 @@ class GemmInstance:
                 if v.activation is Activation.clamp:
                     out["clamp_min"] = v.clamp_min
                     out["clamp_max"] = v.clamp_max
+                if not v.source:   # only when set: the configs (and names) of kernels with C stay as they were
+                    out["source"] = False
                 return out
             return v
         skip = {"spec_file", "spec_index", "spec_hash"}

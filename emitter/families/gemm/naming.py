@@ -69,6 +69,8 @@ def instance_name(inst: GemmInstance) -> str:
     parts.append(act)
     if ep.bias is not Bias.none:
         parts.append(f"bias{ep.bias.value}")
+    if not ep.source:
+        parts.append("nosrc")
     if inst.split_k is not SplitK.none:
         parts.append(f"splitk{inst.split_k.value}")
     if inst.batched:

@@ -365,6 +365,10 @@ def resolve(inst: GemmInstance) -> GemmInstance | Rejection:
         return _reject(inst, "promotion-overlap-fp8-only",
                        f"promotion: {inst.promotion} is emitter's fp8 mainloop for CUTLASS 3.x (sm90a): remove it "
                        f"for {arch}, or use arch sm90a with e4m3/e5m2 inputs")
+    if not inst.epilogue.source:
+        return _reject(inst, "sourceless-3x-only", f"epilogue source: false (no C operand, CUTLASS's ElementC = void) "
+                                                   f"is a CUTLASS 3.x (sm90a) TMA epilogue: remove it for {arch} "
+                                                   f"(beta = 0 already skips reading C there), or use arch sm90a")
     if inst.swap_ab:
         return _reject(inst, "swap-ab-3x-only", f"swap_ab is a CUTLASS 3.x (sm90a) option of emitter's host shim: "
                                                 f"remove it for {arch} (CUTLASS 2.x's GemmUniversal already "

@@ -152,7 +152,8 @@ def _epilogue_tile(inst: GemmInstance) -> _EpilogueTile:
         n_perf = 64 if inst.d.bits == 8 and t.n % 64 == 0 else 32
         em, en = min(64, t.m), math.gcd(min(n_perf, t.n), t.n)
     tiles = (t.m // em) * (t.n // en)
-    reuse = inst.c.bits == inst.d.bits and inst.d.bits > 8
+    # sizeof_bits<void> is 0: a source-less epilogue (ElementC = void) never reuses C's buffers
+    reuse = inst.epilogue.source and inst.c.bits == inst.d.bits and inst.d.bits > 8
     stages_d = min(tiles, 2)
     stages_c = max(min(tiles, 4), stages_d + 1) if reuse else min(tiles, 4)
     return _EpilogueTile(em, en, stages_c, stages_d, reuse)
@@ -177,7 +178,12 @@ def _epilogue_layout(inst: GemmInstance) -> tuple[int, int]:
     tile = e.m * e.n
     c = tile * e.stages_c * inst.c.bits // 8
     d = tile * (e.stages_c if e.reuse_c else e.stages_d) * inst.d.bits // 8
-    collective = max(c, d) if e.reuse_c else _round_up(c, _swizzle_alignment(row * inst.d.bits // 8)) + d
+    if not inst.epilogue.source:   # CollectiveStorageWithoutC: a union of an empty C array and D's stages
+        collective = d
+    elif e.reuse_c:
+        collective = max(c, d)
+    else:
+        collective = _round_up(c, _swizzle_alignment(row * inst.d.bits // 8)) + d
     fusion = 1  # scalar-broadcast / compute nodes are empty structs
     if inst.epilogue.bias is Bias.column:  # Sm90RowBroadcast stages one row of bias per CTA tile
         fusion = _round_up(inst.tile.n * inst.c.bits // 8, 16)
@@ -577,6 +583,15 @@ def _pick_epilogue(inst: GemmInstance) -> EpilogueSchedule:
     want = inst.epilogue_schedule
     if want is EpilogueSchedule.tma and why_not_tma:
         _fail("epilogue-tma", f"epilogue: tma cannot be built: {why_not_tma}")
+    if not inst.epilogue.source:
+        if want is EpilogueSchedule.no_smem:
+            _fail("sourceless-needs-tma",
+                  "epilogue source: false (ElementC = void) is built with the TMA epilogue only: use epilogue: tma "
+                  "(or auto), or drop `source: false` (beta = 0 already skips reading C)")
+        if why_not_tma:
+            _fail("sourceless-needs-tma",
+                  f"epilogue source: false needs the TMA epilogue, which cannot be built: {why_not_tma}")
+        return EpilogueSchedule.tma
     if want is EpilogueSchedule.no_smem and _fused(inst):
         _fail("epilogue-fusion-needs-tma",
               f"activation {inst.epilogue.activation} / bias {inst.epilogue.bias} are epilogue fusions, "
@@ -747,7 +762,10 @@ def template_context(inst: GemmInstance) -> dict[str, Any]:
         ", A through registers" if not _is_16bit(inst) and not _k_major_a(inst) else "")
     stages = _resolved_stages(inst)
     return {
-        "element_a": inst.a.cpp, "element_b": inst.b.cpp, "element_c": inst.c.cpp, "element_d": inst.d.cpp,
+        "element_a": inst.a.cpp, "element_b": inst.b.cpp, "element_d": inst.d.cpp,
+        # spec `epilogue: {source: false}`: no C operand (CUTLASS's void C); bias keeps C's type either way
+        "element_c": inst.c.cpp if inst.epilogue.source else "void", "element_bias": inst.c.cpp,
+        "has_source": inst.epilogue.source,
         "element_accumulator": inst.accumulator.cpp, "element_compute": compute.cpp,
         "layout_a": inst.layout_a.cpp, "layout_b": inst.layout_b.cpp, "layout_c": inst.layout_c.cpp,
         "alignment_a": inst.alignment_a, "alignment_b": inst.alignment_b, "alignment_c": inst.alignment_c,

@@ -249,6 +249,7 @@ _EPILOGUE_KEYS = {
     "activation": _leaf("activation", _activation),
     "bias": _leaf("bias", _bias),
     "clamp": _clamp,
+    "source": _leaf("source", _bool),
 }
 
 SPEC_KEYS: dict[str, Callable[[_Ctx, KeyPath, Any], list[Assign]]] = {
@@ -349,6 +350,7 @@ def _build(point: Assign) -> GemmInstance:
             bias=point.get("bias", Bias.none),
             clamp_min=point.get("clamp_min", 0.0),
             clamp_max=point.get("clamp_max", 6.0),
+            source=point.get("source", True),
         ),
         split_k=point.get("split_k", SplitK.none),
         batched=point.get("batched", False),

@@ -42,7 +42,8 @@ struct Device {
     // Beta == 0 never reads C; the epilogue still wants a valid address, so point it at D.
     const void* C = p->C != nullptr ? p->C : p->D;
     if (!aligned(p->A, 16) || !aligned(p->B, 16) ||
-        !aligned(C, 16) || !aligned(p->D, 16)) return EMITTER_CANNOT_IMPLEMENT;
+        !aligned(C, 16) ||
+        !aligned(p->D, 16)) return EMITTER_CANNOT_IMPLEMENT;
 
     const long long M = p->m, N = p->n, K = p->k;
     long long lda, ldb, ldc, ldd;
