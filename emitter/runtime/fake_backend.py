@@ -129,7 +129,7 @@ class FakeBackend(Backend):
         acc = np.matmul(A[:, :, :k_used].astype(acc_t), B[:, :k_used, :].astype(acc_t)).astype(np.float64)
         beta = 0.0 if "drop_beta" in kinds else p.beta
         z = p.alpha * acc
-        if cfg.source and buffers.C is not None and beta != 0.0:
+        if buffers.C is not None and beta != 0.0:   # beta != 0 never reaches a kernel without C (refused above)
             z = z + beta * decode(lc.gather(buffers.C), cfg.c)
         if cfg.bias != "none" and buffers.bias is not None:
             vec = decode(buffers.bias, cfg.c)
