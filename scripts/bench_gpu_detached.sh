@@ -10,9 +10,9 @@
 #      $OUT/run.tgz, so a sweep cut short can be reported (`emitter profile --replay RUN/profile/work`) or
 #      carried to the next machine and resumed.
 # Usage (project root):  bash scripts/bench_gpu_detached.sh [WAIT_SECONDS]      (default 540)
-# Environment: RUN (default /tmp/emitter-bench/sm90a), OUT (default ./bench-out), BENCH_CARRY (a folder
-# holding an earlier run.tgz's `sm90a/profile/work`), BENCH_ARGS (extra arguments for the benchmark),
-# BENCH_CMD (replaces the benchmark command; tests use it). Prints BENCH_EXIT <code> when the sweep ended.
+# Environment: RUN (default /tmp/emitter-bench/sm90a), OUT (default ./bench-out), BENCH_CARRY (an earlier run.tgz's
+# `sm90a` folder: its sweep, confirmation, verify and step times go on; or a folder holding its `profile/work`),
+# BENCH_ARGS (extra arguments for the benchmark), BENCH_CMD (replaces the benchmark command; tests use it). Prints BENCH_EXIT <code> when the sweep ended.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 WAIT="${1:-540}"
@@ -33,10 +33,20 @@ elif finished; then
   echo "sweep already finished: $(grep '^BENCH_EXIT ' "$LOG" | tail -1)"
 else
   resume=""
-  if [ -n "${BENCH_CARRY:-}" ] && [ -d "$BENCH_CARRY/work" ] && [ ! -d "$RUN/profile/work" ]; then
-    mkdir -p "$RUN/profile" && cp -r "$BENCH_CARRY/work" "$RUN/profile/work"
-    [ -f "$BENCH_CARRY/verify.json" ] && cp "$BENCH_CARRY/verify.json" "$RUN/verify.json"
-    [ -f "$BENCH_CARRY/run.json" ] && cp "$BENCH_CARRY/run.json" "$RUN/run.json"
+  # BENCH_CARRY: an earlier sitting's run folder (its run.tgz's `sm90a`: profile/work, profile/confirm.json,
+  # verify.json, run.json) or its profile folder (work/ in it)
+  carry_run="${BENCH_CARRY:-}"
+  [ -n "$carry_run" ] && [ -d "$carry_run/work" ] && [ ! -d "$carry_run/profile/work" ] && carry_run=""
+  if [ -n "${BENCH_CARRY:-}" ] && [ ! -d "$RUN/profile/work" ]; then
+    if [ -n "$carry_run" ] && [ -d "$carry_run/profile/work" ]; then
+      mkdir -p "$RUN/profile" && cp -r "$carry_run/profile/work" "$RUN/profile/work"
+      [ -f "$carry_run/profile/confirm.json" ] && cp "$carry_run/profile/confirm.json" "$RUN/profile/confirm.json"
+      for f in verify.json run.json; do [ -f "$carry_run/$f" ] && cp "$carry_run/$f" "$RUN/$f"; done
+    elif [ -d "$BENCH_CARRY/work" ]; then
+      mkdir -p "$RUN/profile" && cp -r "$BENCH_CARRY/work" "$RUN/profile/work"
+      [ -f "$BENCH_CARRY/verify.json" ] && cp "$BENCH_CARRY/verify.json" "$RUN/verify.json"
+      [ -f "$BENCH_CARRY/run.json" ] && cp "$BENCH_CARRY/run.json" "$RUN/run.json"
+    fi
   fi
   [ -d "$RUN/profile/work" ] && ls "$RUN/profile/work"/shard*.jsonl >/dev/null 2>&1 && resume="--resume"
   cmd="${BENCH_CMD:-python3 benchmarks/profile_sm90a.py --out $RUN --shapes all -j $(nproc) --repeats 3 --min-duration-ms 10 --doc $(dirname "$RUN")/performance.md $resume ${BENCH_ARGS:-}}"

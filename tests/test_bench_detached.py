@@ -43,3 +43,23 @@ def test_detached_sweep_outlives_the_call_then_resumes(tmp_path):
     third = _call(env2, 20)
     assert "starting (resuming)" in third and "BENCH_EXIT 0" in third
     assert (tmp_path / "fresh" / "sm90a" / "profile" / "work" / "shard0.jsonl").is_file()
+
+
+@pytest.mark.skipif(shutil.which("setsid") is None, reason="no setsid")
+def test_carried_run_folder_brings_confirmation_verify_and_times(tmp_path):
+    """BENCH_CARRY may be the run folder of an earlier run.tgz (`sm90a`): the sweep's shards, the confirmation rows
+    done so far, verify.json and run.json all reach the new sitting, so neither verify nor confirmed rows repeat."""
+    carry = tmp_path / "carried" / "sm90a"
+    (carry / "profile" / "work").mkdir(parents=True)
+    (carry / "profile" / "work" / "shard0.jsonl").write_text("{}\n")
+    (carry / "profile" / "confirm.json").write_text('{"rows": []}')
+    (carry / "verify.json").write_text("{}")
+    (carry / "run.json").write_text('{"times": {"build": 1}}')
+    run = tmp_path / "fresh" / "sm90a"
+    env = {**os.environ, "RUN": str(run), "OUT": str(tmp_path / "out"), "BENCH_CARRY": str(carry),
+           "BENCH_CMD": "echo resumed"}
+    out = _call(env, 20)
+    assert "starting (resuming)" in out and "BENCH_EXIT 0" in out
+    for rel in ("profile/work/shard0.jsonl", "profile/confirm.json", "verify.json", "run.json"):
+        assert (run / rel).is_file(), rel
+    assert (run / "run.json").read_text() == '{"times": {"build": 1}}'

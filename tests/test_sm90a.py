@@ -708,6 +708,10 @@ COMPILED = {  # the representative instances of the brief
     "swap_ab_decode": dict(tile=(64, 16, 128), cluster=(2, 1, 1), kernel=KernelSchedule.pingpong, swap_ab=True),
     # no C operand (spec `epilogue: {source: false}`, CUTLASS's void C): refuses beta != 0
     "sourceless_coop_128x128": dict(tile=(128, 128, 64), source=False),
+    # 160 accumulators a thread (MAX_ACCUMULATOR_REGISTERS), with a fused bias and ReLU on top: ptxas must neither
+    # spill nor serialize the wgmma
+    "coop_256x160_at_register_limit": dict(tile=(256, 160, 64), cluster=(1, 2, 1), activation=Activation.relu,
+                                           bias=Bias.column, source=False),
 }
 
 

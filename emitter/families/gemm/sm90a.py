@@ -57,7 +57,10 @@ _ACTIVATION_CPP = {
 # Derived facts shared by resolve() and template_context()
 # --------------------------------------------------------------------------------------------------
 
-MAX_ACCUMULATOR_REGISTERS = 128  # per consumer thread (32-bit accumulators)
+# per consumer thread (32-bit accumulators). 160 = cooperative 256x160 (cuBLASLt's fp8 320x128 tile holds as many),
+# which nvcc 13.0 compiles with no spill and no serialized wgmma (bf16, and e4m3 with fast accumulation; 2026-11-25,
+# tests/test_sm90a.py COMPILED); 256 (cooperative 256x256, ping-pong 128x256) serializes (C7510 / C7511).
+MAX_ACCUMULATOR_REGISTERS = 160
 # three accumulator sets (f32 + two tensor-core sets) per consumer thread. 216 = cooperative 128x144 (72 a set),
 # which nvcc 13.0 compiles with no spill and no serialized wgmma (2026-11-24; tests/test_sm90a.py COMPILED);
 # 128x256 (128 a set) spills.
@@ -520,8 +523,8 @@ def _resolve_schedules(inst: GemmInstance) -> GemmInstance:
               f"{what} runs on CUTLASS's stream-K scheduler, which the ping-pong kernel does not support: "
               "use kernel: cooperative (tile m 128 or 256)")
     # Accumulators live in the consumer warp groups' registers: cooperative splits the tile over 256
-    # threads, ping-pong gives each tile to one warp group of 128. Past 128 accumulator registers a
-    # thread, ptxas serializes the wgmma pipeline (C7510/C7511; found by the accepted-means-compiles
+    # threads, ping-pong gives each tile to one warp group of 128. Past 160 accumulator registers a
+    # thread (MAX_ACCUMULATOR_REGISTERS), ptxas serializes the wgmma pipeline (C7510/C7511; found by the accepted-means-compiles
     # test: e5m2 256x256x128 cooperative; checked by hand: bf16 128x256x64 ping-pong, which CUTLASS's
     # own generator emits, serializes too).
     consumers = 256 if schedule is KernelSchedule.cooperative else 128
@@ -531,8 +534,8 @@ def _resolve_schedules(inst: GemmInstance) -> GemmInstance:
         _fail("accumulator-registers",
               f"tile {inst.tile.m}x{inst.tile.n} with the {schedule} schedule holds {acc_regs} accumulator "
               f"registers per thread (more than {limit}): ptxas would serialize the wgmma "
-              "pipeline; use a smaller tile (cooperative up to 128x256 or 256x128, ping-pong up to 64x256 or "
-              "128x128)")
+              "pipeline; use a smaller tile (cooperative up to 128x256, 256x128 or 256x160, ping-pong up to "
+              "64x256, 128x128 or 128x160)")
     if inst.promotion is Promotion.overlap and 3 * acc_regs > FP8_OVERLAP_REGISTERS:
         # emitter's overlapped promotion holds the f32 accumulators and two tensor-core sets (3 x acc_regs)
         _fail("fp8-overlap-registers",
