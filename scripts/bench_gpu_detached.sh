@@ -12,7 +12,8 @@
 # Usage (project root):  bash scripts/bench_gpu_detached.sh [WAIT_SECONDS]      (default 540)
 # Environment: RUN (default /tmp/emitter-bench/sm90a), OUT (default ./bench-out), BENCH_CARRY (an earlier run.tgz's
 # `sm90a` folder: its sweep, confirmation, verify and step times go on; or a folder holding its `profile/work`),
-# BENCH_ARGS (extra arguments for the benchmark), BENCH_CMD (replaces the benchmark command; tests use it). Prints BENCH_EXIT <code> when the sweep ended.
+# BENCH_ARGS (extra arguments for the benchmark), BENCH_CMD (replaces the benchmark command; tests use it).
+# Prints BENCH_EXIT <code> when the sweep ended.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 WAIT="${1:-540}"
@@ -35,17 +36,12 @@ else
   resume=""
   # BENCH_CARRY: an earlier sitting's run folder (its run.tgz's `sm90a`: profile/work, profile/confirm.json,
   # verify.json, run.json) or its profile folder (work/ in it)
-  carry_run="${BENCH_CARRY:-}"
-  [ -n "$carry_run" ] && [ -d "$carry_run/work" ] && [ ! -d "$carry_run/profile/work" ] && carry_run=""
   if [ -n "${BENCH_CARRY:-}" ] && [ ! -d "$RUN/profile/work" ]; then
-    if [ -n "$carry_run" ] && [ -d "$carry_run/profile/work" ]; then
-      mkdir -p "$RUN/profile" && cp -r "$carry_run/profile/work" "$RUN/profile/work"
-      [ -f "$carry_run/profile/confirm.json" ] && cp "$carry_run/profile/confirm.json" "$RUN/profile/confirm.json"
-      for f in verify.json run.json; do [ -f "$carry_run/$f" ] && cp "$carry_run/$f" "$RUN/$f"; done
-    elif [ -d "$BENCH_CARRY/work" ]; then
-      mkdir -p "$RUN/profile" && cp -r "$BENCH_CARRY/work" "$RUN/profile/work"
-      [ -f "$BENCH_CARRY/verify.json" ] && cp "$BENCH_CARRY/verify.json" "$RUN/verify.json"
-      [ -f "$BENCH_CARRY/run.json" ] && cp "$BENCH_CARRY/run.json" "$RUN/run.json"
+    prof="$BENCH_CARRY"; [ -d "$BENCH_CARRY/profile/work" ] && prof="$BENCH_CARRY/profile"
+    if [ -d "$prof/work" ]; then
+      mkdir -p "$RUN/profile" && cp -r "$prof/work" "$RUN/profile/work"
+      [ -f "$prof/confirm.json" ] && cp "$prof/confirm.json" "$RUN/profile/confirm.json"
+      for f in verify.json run.json; do [ -f "$BENCH_CARRY/$f" ] && cp "$BENCH_CARRY/$f" "$RUN/$f"; done
     fi
   fi
   [ -d "$RUN/profile/work" ] && ls "$RUN/profile/work"/shard*.jsonl >/dev/null 2>&1 && resume="--resume"

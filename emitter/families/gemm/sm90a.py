@@ -523,10 +523,10 @@ def _resolve_schedules(inst: GemmInstance) -> GemmInstance:
               f"{what} runs on CUTLASS's stream-K scheduler, which the ping-pong kernel does not support: "
               "use kernel: cooperative (tile m 128 or 256)")
     # Accumulators live in the consumer warp groups' registers: cooperative splits the tile over 256
-    # threads, ping-pong gives each tile to one warp group of 128. Past 160 accumulator registers a
-    # thread (MAX_ACCUMULATOR_REGISTERS), ptxas serializes the wgmma pipeline (C7510/C7511; found by the accepted-means-compiles
-    # test: e5m2 256x256x128 cooperative; checked by hand: bf16 128x256x64 ping-pong, which CUTLASS's
-    # own generator emits, serializes too).
+    # threads, ping-pong gives each tile to one warp group of 128. Up to MAX_ACCUMULATOR_REGISTERS (160) a
+    # thread compiles clean; at 256 ptxas serializes the wgmma pipeline (C7510/C7511; found by the
+    # accepted-means-compiles test: e5m2 256x256x128 cooperative; checked by hand: bf16 128x256x64
+    # ping-pong, which CUTLASS's own generator emits, serializes too).
     consumers = 256 if schedule is KernelSchedule.cooperative else 128
     limit = MAX_ACCUMULATOR_REGISTERS
     acc_regs = inst.tile.m * inst.tile.n * max(1, inst.accumulator.bits // 32) // consumers
