@@ -920,6 +920,64 @@ def test_gpu_engine_kernel_flow_without_a_gpu(monkeypatch):
 
 
 
+@pytest.mark.parametrize("resets_locks", [True, False])
+def test_launches_skip_the_workspace_memset_only_where_a_launch_leaves_it_zeroed(resets_locks):
+    """KernelLaunch._settle_workspaces on a simulated device: a kernel that sets its tile locks back to zero (emitter's
+    sm90a stream-K scheduler) is timed without the per-launch memset; one that leaves them counted up keeps it, and
+    its workspace is zeroed again before the first timed launch. A workspace too large to read back keeps it."""
+    import numpy as np
+
+    from emitter.profile.workload import _WS_SCAN_LIMIT, KernelLaunch
+
+    memory = {100: np.zeros(64, np.uint8), 200: np.zeros(64, np.uint8)}   # two sets' workspaces, as initialize() left them
+    launched: list = []
+
+    class Drv:
+        @staticmethod
+        def memcpy_dtoh(host, ptr):
+            host[:] = memory[ptr][: host.size]
+
+        @staticmethod
+        def memset_d8(ptr, value, count):
+            memory[ptr][:count] = value
+
+    class Fn:
+        @staticmethod
+        def launch(grid, block, shared, stream, packed):
+            ws = packed                       # the stand-in Params: the set's workspace pointer
+            memory[ws][:8] += 3               # the tile locks count up while the kernel runs
+            if resets_locks:
+                memory[ws][:8] = 0            # ... and the last unit of each tile sets its lock back to zero
+            launched.append(ws)
+
+    class Stream:
+        handle = 7
+
+        def synchronize(self):
+            pass
+
+    kl = KernelLaunch.__new__(KernelLaunch)
+    kl.drv, kl.fn, kl.stream, kl.info, kl.workspace_bytes = Drv, Fn, Stream(), {}, 64
+    kl.launches = [((1, 1, 1), (384, 1, 1), 100, 0), ((1, 1, 1), (384, 1, 1), 200, 0), ((1, 1, 1), (384, 1, 1), 0, 0)]
+    kl.resets = [(100, 16), (200, 16), None]
+    kl._settle_workspaces()
+    assert launched == [100, 200]                                   # one trial launch per set that has a reset
+    assert all(not memory[p][:16].any() for p in memory)            # each set as initialize() left it
+    if resets_locks:
+        assert kl.resets == [None, None, None]
+        assert kl.info["workspace_reset"].startswith("none")
+    else:
+        assert kl.resets == [(100, 16), (200, 16), None]
+        assert kl.info["workspace_reset"] == "memset before each launch"
+    big = KernelLaunch.__new__(KernelLaunch)
+    big.drv, big.fn, big.stream, big.info, big.workspace_bytes = Drv, Fn, Stream(), {}, _WS_SCAN_LIMIT + 1
+    big.launches, big.resets = [((1, 1, 1), (384, 1, 1), 100, 0)], [(100, _WS_SCAN_LIMIT + 1)]
+    launched.clear()
+    big._settle_workspaces()
+    assert launched == [] and big.resets == [(100, _WS_SCAN_LIMIT + 1)]
+    assert big.info["workspace_reset"] == "memset before each launch"
+
+
 def test_gpu_engine_head_to_head_without_a_gpu(monkeypatch):
     """GpuEngine.head_to_head interleaves the winner's launch (its split-K count and options) with cuBLAS's on
     one stream and frees the kernel's launch state even when timing fails."""

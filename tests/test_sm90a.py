@@ -394,7 +394,7 @@ def test_split_k_serial_runs_on_the_stream_k_scheduler():
     r = ok(make(tile=(128, 128, 64), split_k=SplitK.serial))
     assert r.tile_scheduler is TileScheduler.stream_k and r.kernel_schedule is KernelSchedule.cooperative
     ctx = sm90a.template_context(r)
-    assert ctx["is_split_k_serial"] and ctx["tile_scheduler_cpp"] == "cutlass::gemm::StreamKScheduler"
+    assert ctx["is_split_k_serial"] and ctx["tile_scheduler_cpp"] == "emitter_sk::StreamKSchedulerResettingLocks"
 
 
 def test_epilogue_auto_falls_back_to_no_smem_only_without_fusion():

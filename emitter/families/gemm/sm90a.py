@@ -790,7 +790,8 @@ def template_context(inst: GemmInstance) -> dict[str, Any]:
         "stages_text": (f"auto (about {stages} with this epilogue)" if inst.stages == AUTO else str(stages)),
         "smem_estimate": _kernel_smem(inst, stages),
         "epilogue_smem_estimate": _epilogue_smem(inst),
-        "tile_scheduler_cpp": "cutlass::gemm::StreamKScheduler" if stream_k else "cutlass::gemm::PersistentScheduler",
+        "tile_scheduler_cpp": ("emitter_sk::StreamKSchedulerResettingLocks" if stream_k
+                               else "cutlass::gemm::PersistentScheduler"),
         "fusion_cpp": _fusion_cpp(inst),
         "has_bias": inst.epilogue.bias is not Bias.none,
         "bias_text": {Bias.none: "none", Bias.row: "one per row of D (length M)",
