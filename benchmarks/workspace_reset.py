@@ -29,6 +29,8 @@ def main() -> int:
     ap.add_argument("--kernel", action="append", required=True, help="name glob (repeatable)")
     ap.add_argument("--problem", action="append", required=True, help="MxNxK (repeatable)")
     ap.add_argument("--split-k", default="1", help="split counts for split-K kernels, e.g. 1,2,4")
+    ap.add_argument("--options", default="", help="run-time scheduler options for every launch, e.g. "
+                    "'reduction=nondeterministic' (emitter/runtime/options.py)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--json", default=None, help="also write the rows here")
     args = ap.parse_args()
@@ -40,6 +42,9 @@ def main() -> int:
     from emitter.profile.config import Problem, parse_config_text
     from emitter.profile.records import Op
     from emitter.profile.worker import GpuEngine
+    from emitter.runtime.options import SchedulerOptions
+
+    options = SchedulerOptions.parse(args.options).encode() if args.options else 0
 
     gen = Path(args.gen)
     entries = [e for e in load(gen)["instances"] if any(fnmatch.fnmatch(e["name"], g) for g in args.kernel)]
@@ -60,11 +65,11 @@ def main() -> int:
             data = eng.prepare(op, Problem(m_, n_, k_))
             try:
                 for split in splits:
-                    alone = wl.KernelLaunch(kernel, data, eng.stream, split_k=split)
+                    alone = wl.KernelLaunch(kernel, data, eng.stream, split_k=split, options=options)
                     settle = wl.KernelLaunch._settle_workspaces
                     wl.KernelLaunch._settle_workspaces = lambda self: None     # the launch as it was: memset each time
                     try:
-                        memset = wl.KernelLaunch(kernel, data, eng.stream, split_k=split)
+                        memset = wl.KernelLaunch(kernel, data, eng.stream, split_k=split, options=options)
                     finally:
                         wl.KernelLaunch._settle_workspaces = settle
                     try:
@@ -86,7 +91,8 @@ def main() -> int:
                         ok.append(check(data, kernel.config, eng.use_torch, split)["passed"])
                         a, b, c = (statistics.median(x) for x in med)
                         reset = "none" if not any(alone.resets) else "memset"
-                        row = {"kernel": e["name"], "problem": text, "split_k": split, "memset_us": a, "none_us": b,
+                        row = {"kernel": e["name"], "problem": text, "split_k": split, "options": args.options,
+                               "memset_us": a, "none_us": b,
                                "cublas_us": c, "gain": a / b, "ratio_before": c / a, "ratio_now": c / b,
                                "reset": reset, "checks_passed": all(ok), "workspace_bytes": alone.workspace_bytes}
                         rows.append(row)
