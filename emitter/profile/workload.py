@@ -241,12 +241,12 @@ class KernelLaunch:
     def _settle_workspaces(self) -> None:
         """Drop the per-launch re-zeroing where one launch leaves the zeroed bytes at zero again.
 
-        emitter's sm90a stream-K / split-K scheduler (templates/gemm/sm90a/stream_k.cu.j2) sets each tile lock back
-        to zero when the tile is done, as does any launch that needed no lock; then the next launch finds the
-        workspace as initialize() left it, and a memset on the stream (1.3-1.6 us on an H100) would only add its
-        own time. One launch per set, read back: the bytes still zero -> no reset for that set. A kernel that
-        leaves its locks counted up keeps the memset. The profiler's check after the timed launches (worker.py)
-        runs on the workspace the timed launches left behind."""
+        emitter's sm90a stream-K / split-K scheduler (templates/gemm/sm90a/stream_k.cu.j2) sets each tile lock back to
+        zero when the tile is done, as does any launch that needed no lock; then the next launch finds the workspace
+        as initialize() left it, and a memset on the stream (1.0-1.5 us a launch on an H100,
+        benchmarks/workspace_reset.py) would only add its own time. One launch per set, read back: the bytes still
+        zero -> no reset for that set. A kernel that leaves its locks counted up keeps the memset. The profiler's
+        check after the timed launches (worker.py) runs on the workspace the timed launches left behind."""
         kept = 0
         for j, reset in enumerate(self.resets):
             if reset is None or reset[1] > _WS_SCAN_LIMIT:
