@@ -648,6 +648,8 @@ def test_shared_memory_model_matches_nvcc(tmp_path):
     head = render(insts[0], "probe_head").split("namespace emitter_probe_head")[0]
     ext = any(sm90a._extended_mma(r) for r in insts)   # one program: the extended wgmma shapes for all or none
     parts = ["#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED"] * ext + [head, "#include <cstdio>"]
+    # emitter's stream-K scheduler (its tag names the scheduler the stream-K probes' kernels select), once
+    parts += [render(r, "probe_sk", "stream_k") for r in insts if sm90a.template_context(r)["is_stream_k"]][:1]
     for i, r in enumerate(insts):
         parts.append(f"namespace emitter_p{i} {{")
         parts += [render(r, f"p{i}", level) for level in ("mma", "epilogue", "mainloop", "kernel")]
