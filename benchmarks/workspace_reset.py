@@ -66,13 +66,11 @@ def main() -> int:
             try:
                 for split in splits:
                     alone = wl.KernelLaunch(kernel, data, eng.stream, split_k=split, options=options)
-                    settle = wl.KernelLaunch._settle_workspaces
-                    wl.KernelLaunch._settle_workspaces = lambda self: None     # the launch as it was: memset each time
+                    memset = None
                     try:
-                        memset = wl.KernelLaunch(kernel, data, eng.stream, split_k=split, options=options)
-                    finally:
-                        wl.KernelLaunch._settle_workspaces = settle
-                    try:
+                        # the launch as it was: memset before each one
+                        memset = wl.KernelLaunch(kernel, data, eng.stream, split_k=split, options=options,
+                                                 settle=False)
                         ok = []
                         for launch in (memset, alone):
                             poison_d(data, 0)
@@ -100,7 +98,8 @@ def main() -> int:
                               f"{c / a:12.3f} {c / b:9.3f} {reset:>6s}" + ("" if all(ok) else "  CHECK FAILED"))
                     finally:
                         alone.free()
-                        memset.free()
+                        if memset is not None:
+                            memset.free()
             finally:
                 data.free()
     if args.json:

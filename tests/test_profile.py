@@ -957,7 +957,7 @@ def test_launches_skip_the_workspace_memset_only_where_a_launch_leaves_it_zeroed
             pass
 
     kl = KernelLaunch.__new__(KernelLaunch)
-    kl.drv, kl.fn, kl.stream, kl.info, kl.workspace_bytes = Drv, Fn, Stream(), {}, 64
+    kl.drv, kl.fn, kl.stream, kl._handle, kl.info, kl.workspace_bytes = Drv, Fn, Stream(), 7, {}, 64
     kl.launches = [((1, 1, 1), (384, 1, 1), 100, 0), ((1, 1, 1), (384, 1, 1), 200, 0), ((1, 1, 1), (384, 1, 1), 0, 0)]
     kl.resets = [(100, 16), (200, 16), None]
     kl._settle_workspaces()
@@ -970,7 +970,8 @@ def test_launches_skip_the_workspace_memset_only_where_a_launch_leaves_it_zeroed
         assert kl.resets == [(100, 16), (200, 16), None]
         assert kl.info["workspace_reset"] == "memset before each launch"
     big = KernelLaunch.__new__(KernelLaunch)
-    big.drv, big.fn, big.stream, big.info, big.workspace_bytes = Drv, Fn, Stream(), {}, _WS_SCAN_LIMIT + 1
+    big.drv, big.fn, big.stream, big._handle, big.info = Drv, Fn, Stream(), 7, {}
+    big.workspace_bytes = _WS_SCAN_LIMIT + 1
     big.launches, big.resets = [((1, 1, 1), (384, 1, 1), 100, 0)], [(100, _WS_SCAN_LIMIT + 1)]
     launched.clear()
     big._settle_workspaces()

@@ -165,7 +165,8 @@ class ProblemData:
 class KernelLaunch:
     """One loaded kernel prepared on every operand set of a ProblemData."""
 
-    def __init__(self, kernel: Kernel, data: ProblemData, stream: Any, split_k: int = 1, options: int = 0) -> None:
+    def __init__(self, kernel: Kernel, data: ProblemData, stream: Any, split_k: int = 1, options: int = 0,
+                 settle: bool = True) -> None:
         import pycuda.driver as drv
 
         from emitter.runtime.shim import (
@@ -190,6 +191,7 @@ class KernelLaunch:
         self.info: dict[str, Any] = {}
         self._allocs: list[Any] = []
         self.fn = fn
+        self._handle = int(stream.handle)
         self.workspace_bytes = 0
         try:
             for s in data.sets:
@@ -229,31 +231,33 @@ class KernelLaunch:
                 self.resets.append(self._zeroed_range(ws, ws_bytes) if ws_bytes else None)
                 self.info = launch.as_dict()
             stream.synchronize()            # workspace initialisation on the stream
-            self._settle_workspaces()
+            if settle:                      # False: memset before every launch, as before (benchmarks/workspace_reset.py)
+                self._settle_workspaces()
         except (drv.Error, DriverError) as e:
             self.free()
             raise (CudaFault if is_sticky(str(e)) else LaunchFailed)(f"{kernel.name}: {e}") from None
         except Exception:
             self.free()
             raise
-        self._handle = int(stream.handle)
 
     def _settle_workspaces(self) -> None:
         """Drop the per-launch re-zeroing where one launch leaves the zeroed bytes at zero again.
 
         emitter's sm90a stream-K / split-K scheduler (templates/gemm/sm90a/stream_k.cu.j2) sets each tile lock back to
         zero when the tile is done, as does any launch that needed no lock; then the next launch finds the workspace
-        as initialize() left it, and a memset on the stream (1.0-1.5 us a launch on an H100,
-        benchmarks/workspace_reset.py) would only add its own time. One launch per set, read back: the bytes still
+        as initialize() left it, and a memset on the stream (1.0-3.0 us a launch on an H100
+        where splits were reduced, benchmarks/workspace_reset.py) would only add its own time. One launch per set, read back: the bytes still
         zero -> no reset for that set. A kernel that leaves its locks counted up keeps the memset. The profiler's
         check after the timed launches (worker.py) runs on the workspace the timed launches left behind."""
         kept = 0
         for j, reset in enumerate(self.resets):
-            if reset is None or reset[1] > _WS_SCAN_LIMIT:
-                kept += reset is not None
+            if reset is None:
+                continue
+            if reset[1] > _WS_SCAN_LIMIT:       # too large to read back: keep the memset
+                kept += 1
                 continue
             grid, block, packed, shared = self.launches[j]
-            self.fn.launch(grid, block, shared, int(self.stream.handle), packed)
+            self.fn.launch(grid, block, shared, self._handle, packed)
             self.stream.synchronize()
             host = np.empty(reset[1], dtype=np.uint8)
             self.drv.memcpy_dtoh(host, reset[0])
