@@ -14,20 +14,21 @@ from typing import Any, Iterable
 
 from emitter import __version__
 from emitter.errors import SpecError
-from emitter.families.gemm import arch_module, template_dir
-from emitter.families.gemm.model import GemmInstance, Rejection
-from emitter.families.gemm.naming import instance_name
-from emitter.families.gemm.spec import expand_entry
+from emitter.families.base import Rejection
+from emitter.families.registry import DEFAULT_FAMILY, FAMILIES, family_module
 from emitter.fsutil import write_if_changed
 from emitter.manifest import SCHEMA_VERSION, write as write_manifest
-from emitter.render import banner, render_template
+from emitter.render import banner
 from emitter.spec.loader import Document, KeyPath, content_hash, load_file
+
+
+Instance = Any  # a family's frozen instance record (emitter.families.base)
 
 
 @dataclass
 class Resolved:
     name: str
-    instance: GemmInstance
+    instance: Instance
 
 
 @dataclass
@@ -79,9 +80,9 @@ def spec_entries(doc: Document) -> Iterable[tuple[KeyPath, dict[str, Any], dict[
         yield ("kernels", i), merged, key_paths
 
 
-def expand_specs(paths: Iterable[str | Path]) -> tuple[list[GemmInstance], list[dict[str, Any]]]:
+def expand_specs(paths: Iterable[str | Path]) -> tuple[list[Instance], list[dict[str, Any]]]:
     """Load and expand every spec into candidates (in spec order). Raises SpecError for malformed specs."""
-    candidates: list[GemmInstance] = []
+    candidates: list[Instance] = []
     specs: list[dict[str, Any]] = []
     for path in paths:
         doc = load_file(path)
@@ -89,23 +90,28 @@ def expand_specs(paths: Iterable[str | Path]) -> tuple[list[GemmInstance], list[
         specs.append({"path": file_key, "hash": content_hash(doc.text)})
         for index, (entry_path, entry, key_paths) in enumerate(spec_entries(doc)):
             spec_hash = content_hash(entry)
-            for cand, _point in expand_entry(doc, entry_path, entry, key_paths):
+            fam = entry.get("family", DEFAULT_FAMILY) if isinstance(entry, dict) else DEFAULT_FAMILY
+            if not isinstance(fam, str) or fam not in FAMILIES:
+                raise doc.error(key_paths.get("family", entry_path + ("family",)), f"unknown kernel family {fam!r}",
+                                value=fam, allowed=sorted(FAMILIES), fix="set `family:` to one of the allowed names")
+            for cand, _point in family_module(fam).expand_entry(doc, entry_path, entry, key_paths):
                 candidates.append(cand.replace(spec_file=file_key, spec_index=index, spec_hash=spec_hash))
     return candidates, specs
 
 
-def resolve_candidate(cand: GemmInstance) -> Resolved | Rejection:
-    result = arch_module(cand.arch).resolve(cand)
+def resolve_candidate(cand: Instance) -> Resolved | Rejection:
+    fam = family_module(cand.family)
+    result = fam.resolve(cand)
     if isinstance(result, Rejection):
         return result
-    return Resolved(instance_name(result), result)
+    return Resolved(fam.instance_name(result), result)
 
 
 def _merge(results: Iterable[Resolved | Rejection]) -> tuple[list[Resolved], list[Rejection], int]:
     """Keep spec order; the same resolved instance reached twice is kept once."""
     resolved: list[Resolved] = []
     rejected: list[Rejection] = []
-    seen: dict[str, GemmInstance] = {}
+    seen: dict[str, Instance] = {}
     duplicates = 0
     for r in results:
         if isinstance(r, Rejection):
@@ -129,9 +135,7 @@ def resolve_specs(paths: Iterable[str | Path]) -> tuple[list[Resolved], list[Rej
 
 def render_instance(r: Resolved) -> str:
     inst = r.instance
-    module = arch_module(inst.arch)
-    return render_template(f"{template_dir(inst.arch)}/instance.cu.j2", inst=inst, name=r.name,
-                           ctx=module.template_context(inst), banner=banner(inst.spec_file, inst.spec_hash))
+    return family_module(inst.family).render_instance(inst, r.name, banner(inst.spec_file, inst.spec_hash))
 
 
 def _render_and_write(out: Path, r: Resolved) -> tuple[bool, dict[str, Any] | None]:
@@ -147,7 +151,7 @@ def _render_and_write(out: Path, r: Resolved) -> tuple[bool, dict[str, Any] | No
 Outcome = tuple  # (Resolved | Rejection, written?, render failure or None)
 
 
-def _process(out: Path, cand: GemmInstance) -> Outcome:
+def _process(out: Path, cand: Instance) -> Outcome:
     r = resolve_candidate(cand)
     if isinstance(r, Rejection):
         return r, False, None
@@ -155,7 +159,7 @@ def _process(out: Path, cand: GemmInstance) -> Outcome:
     return r, written, failure
 
 
-def _process_chunk(out: Path, chunk: list[GemmInstance]) -> list[Outcome]:
+def _process_chunk(out: Path, chunk: list[Instance]) -> list[Outcome]:
     return [_process(out, c) for c in chunk]
 
 
@@ -163,7 +167,7 @@ def _process_chunk(out: Path, chunk: list[GemmInstance]) -> list[Outcome]:
 PARALLEL_THRESHOLD = 256
 
 
-def _process_all(out: Path, candidates: list[GemmInstance], jobs: int) -> list[Outcome]:
+def _process_all(out: Path, candidates: list[Instance], jobs: int) -> list[Outcome]:
     """Resolve, render and write every candidate; in `jobs` forked processes for large sweeps.
 
     Two candidates that resolve to the same instance may both write its file: same name, same

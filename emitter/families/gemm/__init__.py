@@ -18,3 +18,18 @@ def arch_module(arch: Arch) -> ModuleType:
 
 def template_dir(arch: Arch) -> str:
     return f"gemm/{_MODULE_FOR_MAJOR[arch.cutlass_major]}"
+
+
+# ---- the emit-side family hooks (emitter.families.base) ----
+from emitter.families.gemm.naming import instance_name  # noqa: E402
+from emitter.families.gemm.spec import expand_entry  # noqa: E402
+
+
+def resolve(cand):  # -> GemmInstance | Rejection
+    return arch_module(cand.arch).resolve(cand)
+
+
+def render_instance(inst, name: str, banner: str) -> str:
+    from emitter.render import render_template
+    return render_template(f"{template_dir(inst.arch)}/instance.cu.j2", inst=inst, name=name,
+                           ctx=arch_module(inst.arch).template_context(inst), banner=banner)

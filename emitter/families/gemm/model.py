@@ -259,10 +259,4 @@ class GemmInstance:
         return {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name not in skip}
 
 
-@dataclass(frozen=True)
-class Rejection:
-    """A candidate that cannot work: which rule it broke, why, and how to fix it."""
-
-    instance: GemmInstance
-    rule: str      # stable id, e.g. "tile-k-multiple-of-instruction-k"
-    reason: str    # "tile k=48 is not a multiple of instruction k=16: use 32 or 64"
+from emitter.families.base import Rejection  # noqa: E402  (shared by every family; re-exported here)
