@@ -15,13 +15,20 @@ Emit-side hooks (module-level functions of the package; see docs/architecture.md
 
 An instance is a frozen dataclass with `family` (str), `arch` (an enum with `.yaml`), `spec_file`,
 `spec_index`, `spec_hash` (not part of identity), `replace(**changes)` and `config()` (plain JSON for the
-manifest's `config`). Run-time hooks (verify, profile, library) are described in docs/architecture.md.
+manifest's `config`).
+
+Run-time hooks (verify, profile, the runtime backends) live in a second module of the package,
+`emitter.families.<name>.runtime`, so emitting never imports numpy/ctypes machinery; `RuntimeFamily` below
+lists them (signatures and meaning), `runtime_family(name)` loads and checks one, and docs/architecture.md
+"What a family provides" repeats the list.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import importlib
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 
 @dataclass(frozen=True)
@@ -34,3 +41,203 @@ class Rejection:
 
 
 EMIT_HOOKS = ("expand_entry", "resolve", "instance_name", "render_instance")
+
+
+# ================================================================================================ run time
+# The run-time seam. A family's `runtime` module provides the functions of `RuntimeFamily` (module-level,
+# like the emit hooks) and the data attributes it names. The stages (emitter.verify, emitter.profile,
+# emitter.runtime's backends) hold no family code: they read `entry["family"]` (default "gemm"), call
+# `runtime_family(family)` and go through these hooks only. Shapes follow xFormers' ops/fmha: capabilities
+# are data (the config), and "can this kernel run this problem" is `not_supported_reasons` -> [reasons].
+#
+# Terms:
+#   config   the family's frozen dataclass parsed from a manifest entry (config_from_entry): everything
+#            running and checking an instance needs; has `.name` and `.arch`.
+#   problem  the family's frozen dataclass of one launch (GEMM: m, n, k, batch, alpha, beta, lds, ...);
+#            JSON round trip through problem_to_dict / problem_from_dict (worker pipes, results, replays).
+#   data     an input kind the family draws (GEMM: "int" = small integers checked bit for bit,
+#            "normal" = random normal checked with tolerance); DATA_KINDS lists them.
+#   storage  numpy arrays holding the bytes a device buffer holds (emitter.runtime.hostdata codecs).
+
+@dataclass(frozen=True)
+class Footprint:
+    """Bytes one problem needs, computed from sizes alone (nothing allocated): verify and profile refuse a
+    problem that does not fit before allocating (issue 25 item 7)."""
+
+    device: int          # device buffers of one run (inputs, outputs, workspace estimate)
+    host: int            # host arrays of one verify case (storage + float64 logical copies + reference)
+
+
+@dataclass
+class Inputs:
+    """One case's inputs, from make_inputs.
+
+    buffers: storage arrays by the name the family's C problem struct gives their pointers (GEMM: A, B, C,
+             D, bias), in that order; None = no buffer (null pointer). Output buffers hold the poison.
+    outputs: the names of the buffers the kernel writes (copied back after the launch).
+    values:  logical float64 arrays (or anything) the reference reads; the family's own business.
+    exact:   True when the result must match the reference bit for bit (small-integer data).
+    info:    JSON-able facts for the result record (GEMM: {"int_range": [r, rc]}).
+    """
+
+    buffers: dict[str, Any]
+    outputs: tuple[str, ...]
+    values: dict[str, Any] = field(default_factory=dict)
+    exact: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class BaselineLaunch:
+    """A library call timed exactly like a kernel: launch(i) runs it on the profile's operand set i (on the
+    profile stream), `provider` says what was called (goes into every output row)."""
+
+    name: str
+    provider: str
+    launch: Callable[[int], None]
+    torch_stream: Any = None
+
+
+class BaselineUnavailable(Exception):
+    """This baseline cannot run this op/problem here (no torch, dtype or layout not supported)."""
+
+
+class RuntimeFamily(Protocol):
+    """What `emitter.families.<name>.runtime` provides (module attributes and functions).
+
+    ---- data ---------------------------------------------------------------------------------------
+    NAME: str                       the family name (the registry key, the manifest entry's `family`)
+    DATA_KINDS: tuple[str, ...]     input kinds make_inputs draws, e.g. ("int", "normal")
+    PROBLEM_KEYS: tuple[str, ...]   keys a problem mapping may have (YAML problem files, --problem k=v)
+    FAKE_FAULTS: tuple[str, ...]    family fault kinds fake_run can plant (the generic ones -- crash, hang,
+                                    illegal_address, launch_error, cannot_implement -- are the fake backend's)
+    BASELINES: tuple[str, ...]      names of the profile baselines (GEMM: ("cublas",))
+
+    ---- manifest -> config --------------------------------------------------------------------------
+    config_from_entry(entry, root=None) -> config
+        parse a manifest entry's `config` (ManifestError naming the instance, key and value)
+
+    ---- problems --------------------------------------------------------------------------------------
+    problem_from_dict(d) -> problem;  problem_to_dict(problem) -> dict      JSON round trip
+    problem_label(problem, data) -> str        stable label [A-Za-z0-9_.+-], e.g. "1000x517x129_..._normal"
+    parse_problem(text, where="<command line>") -> list[dict]
+        one `--problem` string (GEMM "MxNxK[xB]" or "m=..,n=..,k=..[,alpha=..]"; attention
+        "b=2,hq=16,hkv=4,sq=1000,sk=1000,d=128") -> problem mappings; SpecError on bad text
+    problem_from_mapping(item, where, line, key_path) -> problem
+        a checked problem from a mapping (keys in PROBLEM_KEYS minus data/label); SpecError names the key
+    default_problems(config, quick=False) -> list[(problem, data)]
+        the default verify set (quick: leaves out the largest, for CI / fake backend)
+    not_supported_reasons(config, problem) -> list[str]
+        why this instance cannot run this problem (alignment, mode, ...), [] when it can; a reason makes
+        the case SKIPPED, never PASSED
+    resolve_problem(config, problem) -> problem
+        fill defaults that depend on the instance (GEMM: packed leading dims / batch strides)
+    with_options(config, problem, options: int) -> problem | str
+        run-time scheduler options (emitter.runtime.options encoding) on a problem, or why the
+        instance has no such choice (families without options: return a reason for options != 0)
+
+    ---- one verify case -------------------------------------------------------------------------------
+    footprint(config, problem) -> Footprint           bytes needed (device, host), before allocating
+    flops(config, problem) -> int                     useful floating-point operations of one launch
+    make_inputs(config, problem, data, seed) -> Inputs   fresh inputs from seed, outputs poisoned
+    reference(config, problem, inputs, device=None) -> Any
+        the expected outputs in float64 (numpy; torch on `device` when given, for large problems)
+    compare(config, problem, inputs, outputs: dict[str, ndarray], reference) -> dict
+        the verdict: {"status": "PASSED"|"FAILED", "reason", "check": "exact"|"tolerance", "rel_err",
+        "tol", "max_abs_err", "worst": {...coordinates, got, want}, "unwritten", "nonfinite",
+        "mismatches", "stray_writes", ...}; every output element written, NaN never passes
+
+    ---- backends ------------------------------------------------------------------------------------
+    c_problem(config, problem, pointers: dict[str, int]) -> ctypes.Structure
+        the host shim's problem struct (templates/common/emitter_abi.h) for device pointers by buffer name
+    fake_run(config, problem, buffers: dict[str, ndarray], faults: dict[str, dict]) -> dict[str, ndarray]
+        the fake backend's computation of the outputs' storage, written with its own arithmetic (no code
+        shared with `reference`, so a bug in one cannot cancel in the other); raises CannotImplement;
+        `faults` maps FAKE_FAULTS kinds to their settings
+
+    ---- profile ---------------------------------------------------------------------------------------
+    profile_op(config) -> op
+        what kernels are compared under apart from the size (frozen; `.key` str); GEMM: emitter.profile's Op
+    profile_set_bytes(op, problem, settings) -> int    device bytes of one rotated operand set
+    profile_allocate(op, problem, settings, sets: int) -> data
+        device-resident operand sets (random, seeded by op and problem); `.sets`, `.working_set_bytes`,
+        `.free()`
+    kernel_launch(kernel, data, stream, **run_options) -> launch
+        launch(i) runs the loaded kernel on operand set i; `.info` (grid, block, ...), `.free()`
+    baseline(name, data, stream) -> BaselineLaunch     raises BaselineUnavailable
+    profile_check(data, config, use_torch, **run_options) -> dict
+        poison the outputs of set 0, (the caller launched) compare with the reference: {"passed", "reason",
+        "rel_err", "tolerance", "unwritten", "nonfinite", "mismatches", "reference"}
+    """
+
+    NAME: str
+    DATA_KINDS: tuple[str, ...]
+    PROBLEM_KEYS: tuple[str, ...]
+    FAKE_FAULTS: tuple[str, ...]
+    BASELINES: tuple[str, ...]
+
+    def config_from_entry(self, entry: Mapping[str, Any], root: Any = None) -> Any: ...
+    def problem_from_dict(self, d: Mapping[str, Any]) -> Any: ...
+    def problem_to_dict(self, problem: Any) -> dict[str, Any]: ...
+    def problem_label(self, problem: Any, data: str) -> str: ...
+    def parse_problem(self, text: str, where: str = "<command line>") -> list[dict[str, Any]]: ...
+    def problem_from_mapping(self, item: Mapping[str, Any], where: str, line: int | None, key_path: str) -> Any: ...
+    def default_problems(self, config: Any, quick: bool = False) -> list[tuple[Any, str]]: ...
+    def not_supported_reasons(self, config: Any, problem: Any) -> list[str]: ...
+    def resolve_problem(self, config: Any, problem: Any) -> Any: ...
+    def with_options(self, config: Any, problem: Any, options: int) -> Any: ...
+    def footprint(self, config: Any, problem: Any) -> Footprint: ...
+    def flops(self, config: Any, problem: Any) -> int: ...
+    def make_inputs(self, config: Any, problem: Any, data: str, seed: int) -> Inputs: ...
+    def reference(self, config: Any, problem: Any, inputs: Inputs, device: str | None = None) -> Any: ...
+    def compare(self, config: Any, problem: Any, inputs: Inputs, outputs: Mapping[str, Any],
+                reference: Any) -> dict[str, Any]: ...
+    def c_problem(self, config: Any, problem: Any, pointers: Mapping[str, int]) -> Any: ...
+    def fake_run(self, config: Any, problem: Any, buffers: Mapping[str, Any],
+                 faults: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]: ...
+    def profile_op(self, config: Any) -> Any: ...
+    def profile_set_bytes(self, op: Any, problem: Any, settings: Any) -> int: ...
+    def profile_allocate(self, op: Any, problem: Any, settings: Any, sets: int) -> Any: ...
+    def kernel_launch(self, kernel: Any, data: Any, stream: Any, **run_options: Any) -> Any: ...
+    def baseline(self, name: str, data: Any, stream: Any) -> BaselineLaunch: ...
+    def profile_check(self, data: Any, config: Any, use_torch: bool, **run_options: Any) -> dict[str, Any]: ...
+
+
+VERIFY_HOOKS = (
+    "config_from_entry", "problem_from_dict", "problem_to_dict", "problem_label", "parse_problem",
+    "problem_from_mapping", "default_problems", "not_supported_reasons", "resolve_problem", "with_options",
+    "footprint", "flops", "make_inputs", "reference", "compare", "c_problem", "fake_run",
+)
+PROFILE_HOOKS = (
+    "profile_op", "profile_set_bytes", "profile_allocate", "kernel_launch", "baseline", "profile_check",
+)
+RUNTIME_DATA = ("NAME", "DATA_KINDS", "PROBLEM_KEYS", "FAKE_FAULTS", "BASELINES")
+
+
+class FamilyNotRunnable(Exception):
+    """The family's runtime module is missing or lacks hooks (verify/profile cannot run its instances)."""
+
+
+def runtime_family(name: str, need: Sequence[str] = VERIFY_HOOKS) -> ModuleType:
+    """`emitter.families.<name>.runtime`, checked to provide `need` (and the data attributes).
+
+    Raises UnknownFamily (registry) for a name not registered, FamilyNotRunnable naming the missing hooks."""
+    from emitter.families.registry import FAMILIES, family_module
+
+    family_module(name)        # UnknownFamily for names not registered
+    try:
+        mod = importlib.import_module(FAMILIES[name] + ".runtime")
+    except ModuleNotFoundError as e:
+        if e.name and e.name.startswith(FAMILIES[name]):
+            raise FamilyNotRunnable(f"family {name!r} has no run-time hooks yet ({FAMILIES[name]}.runtime)") from None
+        raise
+    missing = [h for h in (*RUNTIME_DATA, *need) if not hasattr(mod, h)]
+    if missing:
+        raise FamilyNotRunnable(f"family {name!r} ({mod.__name__}) lacks run-time hooks: {', '.join(missing)}")
+    return mod
+
+
+def entry_family(entry: Mapping[str, Any]) -> str:
+    """The family a manifest entry names (entries written before families existed are GEMM)."""
+    fam = entry.get("family", "gemm") if isinstance(entry, Mapping) else "gemm"
+    return fam if isinstance(fam, str) else repr(fam)
