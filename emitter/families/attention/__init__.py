@@ -1,0 +1,57 @@
+"""Attention family (fused multi-head attention, forward): spec parsing (spec.py), instance model
+(model.py), naming, and one module per kernel lineage: sm80.py (CUTLASS examples/41, the xFormers kernel,
+also runnable on Hopper) and sm90a.py (CUTLASS examples/88, the Hopper FMHA collectives).
+
+Emit-side hooks (emitter.families.base): expand_entry, resolve, instance_name, render_instance.
+resolve / render dispatch on the instance's arch; sm90a.py is imported lazily, so the family works (and
+rejects sm90a candidates with a reason) before that module exists.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from emitter.families.attention.model import Arch, AttentionInstance, Rejection
+
+_MODULE = {Arch.sm80: "sm80", Arch.sm90a: "sm90a"}
+
+
+def arch_module(arch: Arch) -> ModuleType | None:
+    """The module that resolves, checks and renders instances of this arch (None: not there yet)."""
+    try:
+        return importlib.import_module(f"emitter.families.attention.{_MODULE[arch]}")
+    except ModuleNotFoundError as e:
+        if e.name == f"emitter.families.attention.{_MODULE[arch]}":
+            return None
+        raise
+
+
+def template_dir(arch: Arch) -> str:
+    return f"attention/{_MODULE[arch]}"
+
+
+# ---- the emit-side family hooks (emitter.families.base) ----
+from emitter.families.attention.naming import instance_name  # noqa: E402
+from emitter.families.attention.spec import expand_entry  # noqa: E402
+
+
+def resolve(cand: AttentionInstance):  # -> AttentionInstance | Rejection
+    mod = arch_module(cand.arch)
+    if mod is None or not hasattr(mod, "resolve"):
+        return Rejection(cand, "arch-not-available",
+                         f"attention kernels for {cand.arch} are not available in this emitter yet "
+                         f"(emitter/families/attention/{_MODULE[cand.arch]}.py): use arch sm80")
+    return mod.resolve(cand)
+
+
+def render_instance(inst: AttentionInstance, name: str, banner: str) -> str:
+    from emitter.render import render_template
+    mod = arch_module(inst.arch)
+    if mod is None:
+        raise ValueError(f"no attention module for {inst.arch}")
+    return render_template(f"{template_dir(inst.arch)}/instance.cu.j2", inst=inst, name=name,
+                           ctx=mod.template_context(inst), banner=banner)
+
+
+__all__ = ["arch_module", "template_dir", "expand_entry", "resolve", "instance_name", "render_instance"]

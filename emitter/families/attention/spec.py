@@ -1,0 +1,271 @@
+"""Attention spec (`family: attention`) -> candidate AttentionInstance records.
+
+    kernels:
+      - family: attention
+        arch: sm80                       # sm80 | sm90a
+        dtype: [f16, bf16]               # f16, bf16; e4m3 on sm90a
+        head_dim: [64, 128]              # 32, 64, 96, 128, 256 (as the arch allows)
+        head_dim_v: 64                   # optional: V/O head dim where it differs from head_dim
+        tile: [64x64, [128, 64]]         # BlockQ x BlockKV ("64x64" or [64, 64]); a list of tiles sweeps
+        schedule: auto                   # auto | multistage (sm80) | tma, cooperative, pingpong (sm90a)
+        persistent: false                # sm90a persistent tile scheduler
+        stages: auto                     # K/V pipeline stages
+        mask: [none, causal_bottom_right]  # none | causal_top_left | causal_bottom_right (aliases: causal = top-left)
+        key_tail: true                   # mask keys past seq_k inside the last KV tile
+        layout: bshd                     # bshd | bhsd (packed strides when a problem gives none)
+        lse: [false, true]
+        gqa: true                        # heads_kv may divide heads_q (MQA included)
+        varlen: false                    # cu_seqlens
+        exclude:
+          - {dtype: bf16, head_dim: 256}
+
+Every value may be a list: the entry sweeps the cartesian product; `exclude:` drops combinations written with
+the same keys. Values are parsed into enums and ints here; anything else is a SpecError naming the file, line,
+key path, value, the allowed values and a fix (emitter.spec.loader.Document.error). Rules that depend on the
+combination (head dims an arch allows, tiles, shared memory) are the arch module's (resolve -> Rejection).
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import re
+from typing import Any, Callable, Iterator
+
+from emitter.dtypes import DTYPE_ALIASES, DType
+from emitter.errors import SpecError
+from emitter.families.attention.model import (
+    AUTO, HEAD_DIMS, Arch, AttentionInstance, Layout, Mask, Schedule,
+)
+from emitter.spec.loader import Document, KeyPath
+
+Assign = dict[str, Any]
+Parser = Callable[[Document, KeyPath, Any], Any]
+
+_TILE_RE = re.compile(r"^\s*(\d+)\s*[xX,]\s*(\d+)\s*$")
+TILE_SIZES = (16, 32, 64, 96, 128, 160, 176, 192, 224, 256)   # the spec's vocabulary; arch modules narrow it
+DTYPES = (DType.f16, DType.bf16, DType.e4m3)
+
+
+def _enum(enum: type, aliases: dict[str, str] | None = None) -> Parser:
+    allowed = [e.value if isinstance(e.value, str) else e.value[0] for e in enum]
+
+    def parse(doc: Document, path: KeyPath, v: Any) -> Any:
+        if isinstance(v, bool) or not isinstance(v, str):
+            raise doc.error(path, f"expected one of the names below, got {type(v).__name__}", value=v,
+                            allowed=allowed, fix=f"use one of: {', '.join(allowed)}")
+        text = v.strip().lower()
+        if aliases:
+            text = aliases.get(text, text)
+        for e in enum:
+            if (e.value if isinstance(e.value, str) else e.value[0]) == text:
+                return e
+        raise doc.error(path, f"unknown value '{v}'", value=v, allowed=allowed,
+                        fix=f"use one of: {', '.join(allowed)}")
+    return parse
+
+
+def _dtype(doc: Document, path: KeyPath, v: Any) -> DType:
+    names = [d.yaml for d in DTYPES]
+    if not isinstance(v, str):
+        raise doc.error(path, "a data type name is expected", value=v, allowed=names)
+    text = DTYPE_ALIASES.get(v.strip().lower(), v.strip().lower())
+    for d in DTYPES:
+        if d.yaml == text:
+            return d
+    raise doc.error(path, f"data type '{v}' is not an attention data type", value=v, allowed=names,
+                    fix="attention Q/K/V/O are f16 or bf16 (e4m3 on sm90a); accumulation and LSE are always f32")
+
+
+def _int_choice(choices: tuple[int, ...], *, auto: bool = False, what: str = "value") -> Parser:
+    def parse(doc: Document, path: KeyPath, v: Any) -> int:
+        allowed = list(choices) + (["auto"] if auto else [])
+        if auto and isinstance(v, str) and v.strip().lower() == "auto":
+            return AUTO
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise doc.error(path, f"an integer {what} is expected", value=v, allowed=allowed)
+        if v not in choices:
+            raise doc.error(path, f"{what} {v} is not allowed", value=v, allowed=allowed,
+                            fix=f"use one of: {', '.join(map(str, allowed))}")
+        return v
+    return parse
+
+
+def _int_range(lo: int, hi: int, *, auto: bool = False, what: str = "value") -> Parser:
+    def parse(doc: Document, path: KeyPath, v: Any) -> int:
+        if auto and isinstance(v, str) and v.strip().lower() == "auto":
+            return AUTO
+        allowed = f"an integer {lo}..{hi}" + (" or auto" if auto else "")
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise doc.error(path, f"an integer {what} is expected", value=v, allowed=allowed)
+        if not lo <= v <= hi:
+            raise doc.error(path, f"{what} {v} is out of range", value=v, allowed=allowed)
+        return v
+    return parse
+
+
+def _bool(doc: Document, path: KeyPath, v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise doc.error(path, "true or false is expected", value=v, allowed=["true", "false"],
+                        fix="write true or false, unquoted")
+    return v
+
+
+def _tile(doc: Document, path: KeyPath, v: Any) -> tuple[int, int]:
+    dims: list[Any] | None = None
+    if isinstance(v, str):
+        m = _TILE_RE.match(v)
+        if m:
+            dims = [int(x) for x in m.groups()]
+    elif isinstance(v, list) and len(v) == 2:
+        dims = v
+    if dims is None or any(isinstance(d, bool) or not isinstance(d, int) for d in dims):
+        raise doc.error(path, "a tile BlockQ x BlockKV is expected", value=v,
+                        allowed="'64x64' or [64, 64] (a list of tiles sweeps)")
+    for d in dims:
+        if d not in TILE_SIZES:
+            raise doc.error(path, f"tile dimension {d} is not allowed", value=v, allowed=list(TILE_SIZES),
+                            fix="use tile dimensions from the allowed list, e.g. 64x64 or 128x128")
+    return dims[0], dims[1]
+
+
+def _is_single_tile(v: Any) -> bool:
+    return isinstance(v, list) and len(v) == 2 and all(isinstance(d, int) and not isinstance(d, bool) for d in v)
+
+
+_arch = _enum(Arch, {"sm_80": "sm80", "sm_90a": "sm90a", "sm90": "sm90a", "sm_90": "sm90a"})
+_schedule = _enum(Schedule, {"coop": "cooperative", "ping_pong": "pingpong", "tma_warpspecialized": "cooperative"})
+_mask = _enum(Mask, {"causal": "causal_top_left", "top_left": "causal_top_left",
+                     "bottom_right": "causal_bottom_right", "causal_tl": "causal_top_left",
+                     "causal_br": "causal_bottom_right", "no": "none", "off": "none"})
+_layout = _enum(Layout, {"thd": "bshd", "bsnd": "bshd", "bnsd": "bhsd"})
+
+
+def _leaf(canon: str, parser: Parser, *, tile: bool = False):
+    def group(doc: Document, path: KeyPath, v: Any) -> list[Assign]:
+        if isinstance(v, list) and not (tile and _is_single_tile(v)):
+            if not v:
+                raise doc.error(path, "an empty list sweeps nothing", value=v, fix="give at least one value")
+            out: list[Assign] = []
+            for i, item in enumerate(v):
+                if isinstance(item, list) and not tile:
+                    raise doc.error(path + (i,), "nested lists are not allowed here", value=item)
+                out.append({canon: parser(doc, path + (i,), item)})
+            return out
+        return [{canon: parser(doc, path, v)}]
+    return group
+
+
+SPEC_KEYS: dict[str, Callable[[Document, KeyPath, Any], list[Assign]]] = {
+    "arch": _leaf("arch", _arch),
+    "dtype": _leaf("dtype", _dtype),
+    "head_dim": _leaf("head_dim", _int_choice(HEAD_DIMS, what="head dim")),
+    "head_dim_v": _leaf("head_dim_v", _int_choice(HEAD_DIMS, what="V head dim")),
+    "tile": _leaf("tile", _tile, tile=True),
+    "schedule": _leaf("schedule", _schedule),
+    "persistent": _leaf("persistent", _bool),
+    "stages": _leaf("stages", _int_range(1, 8, auto=True, what="stage count")),
+    "mask": _leaf("mask", _mask),
+    "key_tail": _leaf("key_tail", _bool),
+    "layout": _leaf("layout", _layout),
+    "lse": _leaf("lse", _bool),
+    "gqa": _leaf("gqa", _bool),
+    "varlen": _leaf("varlen", _bool),
+}
+META_KEYS = {"family", "name", "description", "exclude"}
+REQUIRED = ("arch", "dtype", "head_dim", "tile")
+
+
+def _did_you_mean(key: str, options: Any) -> str:
+    close = difflib.get_close_matches(key, list(options), n=1)
+    return f"did you mean '{close[0]}'?" if close else "remove it or check the spelling"
+
+
+def _axes(doc: Document, path: KeyPath, entry: dict[str, Any],
+          key_paths: dict[str, KeyPath] | None = None) -> list[list[Assign]]:
+    axes = []
+    for key, value in entry.items():
+        if key in META_KEYS:
+            continue
+        kp = (key_paths or {}).get(key, path + (key,))
+        if key not in SPEC_KEYS:
+            allowed = sorted(set(SPEC_KEYS) | META_KEYS)
+            raise doc.error(kp, f"unknown key '{key}' in an attention spec", value=key, allowed=allowed,
+                            fix=_did_you_mean(key, allowed))
+        axes.append(SPEC_KEYS[key](doc, kp, value))
+    return axes
+
+
+def _merge(parts: tuple[Assign, ...]) -> Assign:
+    out: Assign = {}
+    for p in parts:
+        out.update(p)
+    return out
+
+
+def _exclusions(doc: Document, path: KeyPath, value: Any) -> list[Assign]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise doc.error(path, "exclude must be a list of partial configurations", value=value,
+                        fix="e.g. exclude: [{dtype: bf16, head_dim: 256}]")
+    out: list[Assign] = []
+    for i, item in enumerate(value):
+        if not isinstance(item, dict) or not item:
+            raise doc.error(path + (i,), "each exclude entry must be a non-empty mapping of spec keys", value=item)
+        for combo in itertools.product(*_axes(doc, path + (i,), item)):
+            out.append(_merge(combo))
+    return out
+
+
+_MISSING = object()
+
+
+def _matches(point: Assign, excl: Assign) -> bool:
+    return all(point.get(k, _MISSING) == v for k, v in excl.items())
+
+
+def build(point: Assign) -> AttentionInstance:
+    """A candidate from one sweep point (defaults for the keys the spec left out)."""
+    tq, tkv = point["tile"]
+    return AttentionInstance(
+        arch=point["arch"], dtype=point["dtype"],
+        head_dim=point["head_dim"], head_dim_v=point.get("head_dim_v", point["head_dim"]),
+        tile_q=tq, tile_kv=tkv,
+        schedule=point.get("schedule", Schedule.auto),
+        persistent=point.get("persistent", False),
+        stages=point.get("stages", AUTO),
+        mask=point.get("mask", Mask.none),
+        key_tail=point.get("key_tail", True),
+        layout=point.get("layout", Layout.bshd),
+        lse=point.get("lse", False),
+        gqa=point.get("gqa", False),
+        varlen=point.get("varlen", False),
+    )
+
+
+def expand_entry(doc: Document, path: KeyPath, entry: Any,
+                 key_paths: dict[str, KeyPath] | None = None) -> Iterator[tuple[AttentionInstance, Assign]]:
+    """Yield (candidate instance, the sweep point it came from) for one `family: attention` spec entry."""
+    if not isinstance(entry, dict):
+        raise doc.error(path, "a kernel spec must be a mapping of keys", value=entry,
+                        fix="see configs/attention/*.yaml for examples")
+    family = entry.get("family")
+    if family != "attention":
+        raise doc.error((key_paths or {}).get("family", path + ("family",)),
+                        f"an attention spec entry must say `family: attention`, got {family!r}", value=family,
+                        allowed=["attention"])
+    for key in REQUIRED:
+        if key not in entry:
+            raise doc.error(path, f"missing required key '{key}'", allowed=list(REQUIRED),
+                            fix=f"add `{key}:` to this spec")
+    axes = _axes(doc, path, entry, key_paths)
+    exclusions = _exclusions(doc, (key_paths or {}).get("exclude", path + ("exclude",)), entry.get("exclude"))
+    for combo in itertools.product(*axes):
+        point = _merge(combo)
+        if any(_matches(point, e) for e in exclusions):
+            continue
+        yield build(point), point
+
+
+__all__ = ["SPEC_KEYS", "META_KEYS", "REQUIRED", "TILE_SIZES", "expand_entry", "build", "SpecError"]
