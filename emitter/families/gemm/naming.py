@@ -23,8 +23,13 @@ _TS = {TileScheduler.persistent: "persistent", TileScheduler.stream_k: "streamk"
 
 
 def _float_token(v: float) -> str:
-    text = f"{v:g}".replace("-", "m").replace(".", "p").replace("+", "")
-    return text
+    """A float in a name, unique per value: `%g` where it reads back as exactly `v` (the names emitted so
+    far), else the shortest text that does (repr), so bounds differing past the 6th digit get distinct names.
+    The replacements are one-to-one on these texts ('-' and '.' never occur otherwise; '+' only after 'e')."""
+    text = f"{v:g}"
+    if float(text) != v:
+        text = repr(float(v))
+    return text.replace("-", "m").replace(".", "p").replace("+", "")
 
 
 def instance_name(inst: GemmInstance) -> str:

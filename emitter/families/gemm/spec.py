@@ -17,7 +17,8 @@ from emitter.families.gemm.model import (
     AUTO, Activation, Arch, Bias, Epilogue, EpilogueSchedule, GemmInstance, KernelSchedule, Layout,
     OpClass, Promotion, Raster, Reduction, Shape3, SplitK, TileScheduler,
 )
-from emitter.spec.loader import Document, KeyPath
+from emitter.spec.loader import Document, KeyPath, format_path
+from emitter.spec.sweep import check_sweep
 
 Assign = dict[str, Any]  # canonical key -> parsed value (one point of one sweep axis)
 
@@ -105,10 +106,22 @@ def _bool(ctx: _Ctx, path: KeyPath, v: Any) -> bool:
     return v
 
 
+FLT_MAX = 3.4028234663852886e38   # the epilogue's bounds are C++ float literals: they must fit a float
+
+
 def _float(ctx: _Ctx, path: KeyPath, v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v in (float("inf"), float("-inf")):
-        raise ctx.err(path, "a finite number is expected", value=v)
+        raise ctx.err(path, "a finite number is expected", value=v, allowed=f"a number from -{FLT_MAX:.7g} to {FLT_MAX:.7g}")
+    if abs(v) > FLT_MAX:
+        shown = v if isinstance(v, float) else f"an integer of {len(str(abs(v))) if abs(v) < 10 ** 400 else 'over 400'} digits"
+        raise ctx.err(path, "out of the range of a C++ float (the kernel's epilogue holds it as float)", value=shown,
+                      allowed=f"a number from -{FLT_MAX:.7g} to {FLT_MAX:.7g}", fix="use a smaller bound")
     return float(v)
+
+
+def _as_f32(v: float) -> float:
+    import struct
+    return struct.unpack("f", struct.pack("f", v))[0]
 
 
 def _shape(ctx: _Ctx, path: KeyPath, v: Any) -> Shape3:
@@ -119,6 +132,10 @@ def _shape(ctx: _Ctx, path: KeyPath, v: Any) -> Shape3:
             dims = [int(x) for x in m.groups()]
     elif isinstance(v, list) and len(v) == 3:
         dims = v
+        for i, d in enumerate(dims):   # blame the element that is wrong, not the shape
+            if isinstance(d, bool) or not isinstance(d, int):
+                raise ctx.err(path + (i,), f"shape dimension {'MNK'[i]} must be a whole number", value=d,
+                              allowed="integers 1..4096, e.g. [128, 256, 64]")
     if dims is None or any(isinstance(d, bool) or not isinstance(d, int) for d in dims):
         raise ctx.err(path, "a shape M x N x K is expected", value=v,
                       allowed="'128x256x64' or [128, 256, 64] (a list of shapes sweeps)")
@@ -128,7 +145,9 @@ def _shape(ctx: _Ctx, path: KeyPath, v: Any) -> Shape3:
 
 
 def _is_single_shape(v: Any) -> bool:
-    return isinstance(v, list) and len(v) == 3 and all(isinstance(d, int) and not isinstance(d, bool) for d in v)
+    # three numbers (any of them possibly wrong, e.g. 32.5) are one shape; a sweep lists shapes (strings or lists)
+    return isinstance(v, list) and len(v) == 3 and all(isinstance(d, (int, float)) and not isinstance(d, bool)
+                                                       for d in v) and any(isinstance(d, int) for d in v)
 
 
 # ---------------------------------------------------------------- spec keys -> canonical keys
@@ -156,7 +175,11 @@ def _mapping(subkeys: dict[str, Callable], shorthand: Callable[[_Ctx, KeyPath, A
         if isinstance(v, list):
             if not v:
                 raise ctx.err(path, "an empty list sweeps nothing", value=v)
-            return [a for i, item in enumerate(v) for a in group(ctx, path + (i,), item)]
+            out: list[Assign] = []
+            for i, item in enumerate(v):
+                out += group(ctx, path + (i,), item)
+                check_sweep(ctx.doc, path, [(format_path(path), len(out))], what=f"the list of {what} settings")
+            return out
         if isinstance(v, dict):
             axes = []
             for k, sub in v.items():
@@ -164,6 +187,8 @@ def _mapping(subkeys: dict[str, Callable], shorthand: Callable[[_Ctx, KeyPath, A
                     raise ctx.err(path + (k,), f"unknown key '{k}' in {what}", value=k, allowed=sorted(subkeys),
                                   fix=_did_you_mean(k, subkeys))
                 axes.append(subkeys[k](ctx, path + (k,), sub))
+            check_sweep(ctx.doc, path, [(format_path(path + (k,)), len(a)) for k, a in zip(v, axes)],
+                        what=f"{what}")
             return [_merge(combo) for combo in itertools.product(*axes)] if axes else [{}]
         if shorthand is None:
             raise ctx.err(path, f"{what} must be a mapping", value=v, allowed=sorted(subkeys))
@@ -222,6 +247,10 @@ def _clamp(ctx: _Ctx, path: KeyPath, v: Any) -> list[Assign]:
         raise ctx.err(path, "clamp bounds must be [min, max] or {min: .., max: ..}", value=v)
     if lo >= hi:
         raise ctx.err(path, f"clamp min {lo} must be below max {hi}", value=v)
+    if _as_f32(lo) >= _as_f32(hi):
+        raise ctx.err(path, f"clamp bounds {lo!r} and {hi!r} are the same number as C++ floats "
+                            f"({_as_f32(lo)!r}): the clamp would be a constant", value=v,
+                      fix="make the bounds differ within float precision (about 7 significant digits)")
     return [{"clamp_min": lo, "clamp_max": hi}]
 
 
@@ -278,8 +307,9 @@ REQUIRED = ("arch", "dtype", "tile")
 # ---------------------------------------------------------------- expansion
 
 def _axes(ctx: _Ctx, path: KeyPath, entry: dict[str, Any],
-          key_paths: dict[str, KeyPath] | None = None) -> list[list[Assign]]:
+          key_paths: dict[str, KeyPath] | None = None, *, what: str = "this spec") -> list[list[Assign]]:
     axes = []
+    names = []
     for key, value in entry.items():
         if key in META_KEYS:
             continue
@@ -288,6 +318,8 @@ def _axes(ctx: _Ctx, path: KeyPath, entry: dict[str, Any],
             raise ctx.err(kp, f"unknown key '{key}' in a gemm spec", value=key,
                           allowed=sorted(set(SPEC_KEYS) | META_KEYS), fix=_did_you_mean(key, set(SPEC_KEYS) | META_KEYS))
         axes.append(SPEC_KEYS[key](ctx, kp, value))
+        names.append(format_path(kp))
+    check_sweep(ctx.doc, path, list(zip(names, map(len, axes))), what=what)   # before anything is expanded
     return axes
 
 
@@ -301,8 +333,9 @@ def _exclusions(ctx: _Ctx, path: KeyPath, value: Any) -> list[Assign]:
     for i, item in enumerate(value):
         if not isinstance(item, dict) or not item:
             raise ctx.err(path + (i,), "each exclude entry must be a non-empty mapping of spec keys", value=item)
-        for axis_combo in itertools.product(*_axes(ctx, path + (i,), item)):
+        for axis_combo in itertools.product(*_axes(ctx, path + (i,), item, what="this exclude entry")):
             out.append(_merge(axis_combo))
+        check_sweep(ctx.doc, path, [(format_path(path), len(out))], what="the exclude list")
     return out
 
 
