@@ -3,10 +3,23 @@
 Pure stages: load (spec.loader) -> expand (families.gemm.spec) -> resolve/validate (arch module)
 -> name -> render -> atomic write. A failure while rendering one instance is recorded and the batch
 goes on; the manifest is written last, atomically, and only lists files that were written.
+
+The output directory is touched only once every spec is valid and the sweep is under the cap
+(emitter.spec.sweep). Files are written into a staging directory inside it and renamed into place
+only when all of them and the manifest are written, so a failure (full disk, permissions) leaves the
+directory as it was (and removes it again if emit created it). Stale instance files — listed by the
+previous manifest in the same directory, not by the new one — are removed after the new manifest is
+in place (`keep_stale=True` / `--keep-stale` lists them instead). Nothing else is ever deleted: only a
+`<name>.cu` of a C-identifier name that the old manifest lists and that is a regular file.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import shutil
+import tempfile
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,10 +29,11 @@ from emitter import __version__
 from emitter.errors import SpecError
 from emitter.families.base import Rejection
 from emitter.families.registry import DEFAULT_FAMILY, FAMILIES, family_module
-from emitter.fsutil import write_if_changed
-from emitter.manifest import SCHEMA_VERSION, write as write_manifest
+from emitter.fsutil import OutputError, atomic_write_bytes, check_output_dir, os_error_text
+from emitter.manifest import MANIFEST_NAME, SCHEMA_VERSION, dumps as manifest_dumps
 from emitter.render import banner
-from emitter.spec.loader import Document, KeyPath, content_hash, load_file
+from emitter.spec.loader import Document, KeyPath, content_hash, display_path, load_file
+from emitter.spec.sweep import check_total, sweep_limit
 
 
 Instance = Any  # a family's frozen instance record (emitter.families.base)
@@ -40,6 +54,8 @@ class EmitResult:
     failed: list[dict[str, Any]] = field(default_factory=list)   # render errors (bugs), batch went on
     duplicates: int = 0
     written: int = 0
+    stale: list[str] = field(default_factory=list)       # files of the previous emit the new manifest drops
+    stale_removed: bool = False
 
 
 def spec_entries(doc: Document) -> Iterable[tuple[KeyPath, dict[str, Any], dict[str, KeyPath]]]:
@@ -80,13 +96,14 @@ def spec_entries(doc: Document) -> Iterable[tuple[KeyPath, dict[str, Any], dict[
         yield ("kernels", i), merged, key_paths
 
 
-def expand_specs(paths: Iterable[str | Path]) -> tuple[list[Instance], list[dict[str, Any]]]:
+def expand_specs(paths: Iterable[str | Path | Document]) -> tuple[list[Instance], list[dict[str, Any]]]:
     """Load and expand every spec into candidates (in spec order). Raises SpecError for malformed specs."""
     candidates: list[Instance] = []
     specs: list[dict[str, Any]] = []
-    for path in paths:
-        doc = load_file(path)
-        file_key = Path(path).as_posix()
+    for path in paths:   # a spec file, or an already parsed Document (emitter.api: YAML text, Python dicts)
+        doc = path if isinstance(path, Document) else load_file(path)
+        # printable UTF-8 (a file name may hold any bytes): it goes into .cu banners and the manifest
+        file_key = display_path(doc.file if isinstance(path, Document) else Path(path).as_posix())
         specs.append({"path": file_key, "hash": content_hash(doc.text)})
         for index, (entry_path, entry, key_paths) in enumerate(spec_entries(doc)):
             spec_hash = content_hash(entry)
@@ -96,6 +113,9 @@ def expand_specs(paths: Iterable[str | Path]) -> tuple[list[Instance], list[dict
                                 value=fam, allowed=sorted(FAMILIES), fix="set `family:` to one of the allowed names")
             for cand, _point in family_module(fam).expand_entry(doc, entry_path, entry, key_paths):
                 candidates.append(cand.replace(spec_file=file_key, spec_index=index, spec_hash=spec_hash))
+                if len(candidates) % 1024 == 0:
+                    check_total(doc, entry_path, len(candidates))
+            check_total(doc, entry_path, len(candidates))
     return candidates, specs
 
 
@@ -126,7 +146,7 @@ def _merge(results: Iterable[Resolved | Rejection]) -> tuple[list[Resolved], lis
     return resolved, rejected, duplicates
 
 
-def resolve_specs(paths: Iterable[str | Path]) -> tuple[list[Resolved], list[Rejection], list[dict[str, Any]], int]:
+def resolve_specs(paths: Iterable[str | Path | Document]) -> tuple[list[Resolved], list[Rejection], list[dict[str, Any]], int]:
     """Load, expand and resolve every spec (in this process). Raises SpecError for malformed specs."""
     candidates, specs = expand_specs(paths)
     resolved, rejected, duplicates = _merge(resolve_candidate(c) for c in candidates)
@@ -139,13 +159,23 @@ def render_instance(r: Resolved) -> str:
 
 
 def _render_and_write(out: Path, r: Resolved) -> tuple[bool, dict[str, Any] | None]:
-    """(written?, failure or None) for one instance; a template bug is a result, not an exception."""
+    """(written?, failure or None) for one instance; a template bug is a result, not an exception.
+
+    `out` is the staging directory; its parent is the output directory. A file whose bytes are already
+    there is not staged (and not rewritten)."""
     try:
         text = render_instance(r)
     except Exception as e:
         return False, {"name": r.name, "error": f"{type(e).__name__}: {e}",
                        "traceback": traceback.format_exc(limit=3)}
-    return write_if_changed(out / f"{r.name}.cu", text), None
+    data = text.encode("utf-8")
+    try:
+        if (out.parent / f"{r.name}.cu").read_bytes() == data:
+            return False, None
+    except OSError:
+        pass
+    atomic_write_bytes(out / f"{r.name}.cu", data)
+    return True, None
 
 
 Outcome = tuple  # (Resolved | Rejection, written?, render failure or None)
@@ -185,47 +215,156 @@ def _process_all(out: Path, candidates: list[Instance], jobs: int) -> list[Outco
         return [x for part in parts for x in part]
 
 
-def emit(paths: Iterable[str | Path], out: str | Path, *, jobs: int | None = None) -> EmitResult:
-    """Emit every instance of the spec files into `out`. `jobs`: render processes (default: CPU count)."""
-    import os
+_STAGE_PREFIX = ".emitter-stage-"
+_STALE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,239}")
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    candidates, specs = expand_specs(list(paths))
-    jobs = jobs if jobs is not None else (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
-    outcomes = _process_all(out, candidates, jobs)
-    resolved, rejected, duplicates = _merge(o[0] for o in outcomes)
-    written = {o[0].name for o in outcomes if isinstance(o[0], Resolved) and o[1]}
-    failures = {f["name"]: f for _, _, f in outcomes if f is not None}
-    result = EmitResult(out=out, manifest={}, rejected=rejected, duplicates=duplicates)
-    entries = []
-    for r in resolved:
-        if r.name in failures:  # a template bug must not stop the batch
-            result.failed.append(failures[r.name])
+
+def _previous_sources(out: Path) -> set[str] | None:
+    """The `<name>.cu` files the manifest already in `out` lists (None: no readable manifest there)."""
+    try:
+        with open(out / MANIFEST_NAME, "rb") as f:
+            raw = f.read(256 << 20)
+        data = json.loads(raw)
+    except (OSError, ValueError, RecursionError):
+        return None
+    found: set[str] = set()
+    for e in (data.get("instances") if isinstance(data, dict) else None) or []:
+        if isinstance(e, dict) and isinstance(e.get("name"), str) and _STALE_NAME.fullmatch(e["name"]) \
+                and e.get("source") == e["name"] + ".cu":
+            found.add(e["source"])
+    return found
+
+
+def _stale_files(out: Path, previous: set[str] | None, current: set[str]) -> list[str]:
+    found = []
+    for src in sorted((previous or set()) - current):
+        p = out / src
+        try:
+            if p.is_file() and not p.is_symlink():
+                found.append(src)
+        except OSError:
             continue
-        source = f"{r.name}.cu"
-        result.written += r.name in written
-        result.instances.append(r)
-        entries.append({
-            "name": r.name, "family": r.instance.family, "arch": r.instance.arch.yaml, "source": source,
-            "spec": r.instance.spec_file, "spec_hash": r.instance.spec_hash, "config": r.instance.config(),
-        })
-    manifest = {
-        "schema_version": SCHEMA_VERSION,
-        "emitter_version": __version__,
-        "specs": specs,
-        "instances": entries,
-        "rejected": [
-            {"family": j.instance.family, "arch": j.instance.arch.yaml, "spec": j.instance.spec_file,
-             "spec_hash": j.instance.spec_hash, "config": j.instance.config(), "rule": j.rule, "reason": j.reason}
-            for j in rejected
-        ],
-        "failed": result.failed and [{"name": f["name"], "error": f["error"]} for f in result.failed],
-    }
-    if not manifest["failed"]:
-        del manifest["failed"]
-    write_manifest(out, manifest)
+    return found
+
+
+def _make_dirs(out: Path) -> list[Path]:
+    """mkdir -p, returning the directories it created (outermost first)."""
+    missing = []
+    p = out
+    while not p.exists() and not p.is_symlink() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        d.mkdir()
+    return list(reversed(missing))
+
+
+def _prune_stages(out: Path) -> None:
+    """Staging directories of emits that were killed (their pid is gone) are removed."""
+    try:
+        names = [n for n in os.listdir(out) if n.startswith(_STAGE_PREFIX)]
+    except OSError:
+        return
+    for n in names:
+        pid = n[len(_STAGE_PREFIX):].split(".")[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue                         # alive (or not ours to judge)
+        except ProcessLookupError:
+            shutil.rmtree(out / n, ignore_errors=True)
+        except OSError:
+            continue
+
+
+def _undo(stage: Path | None, created: list[Path]) -> None:
+    if stage is not None:
+        shutil.rmtree(stage, ignore_errors=True)
+    for d in reversed(created):              # a directory emit made for nothing goes again
+        try:
+            d.rmdir()
+        except OSError:
+            break
+
+
+def emit(paths: Iterable[str | Path | Document], out: str | Path, *, jobs: int | None = None,
+         max_instances: int | None = None, keep_stale: bool = False) -> EmitResult:
+    """Emit every instance of the spec files into `out`. `jobs`: render processes (default: CPU count).
+
+    `max_instances` raises the sweep cap (emitter.spec.sweep.DEFAULT_MAX_INSTANCES). Raises SpecError for
+    malformed specs (before `out` is touched) and OutputError when `out` cannot take the files (`out` is
+    then as it was). Stale instance files of an earlier emit into `out` are removed unless `keep_stale`."""
+    out = Path(out)
+    with sweep_limit(max_instances):
+        candidates, specs = expand_specs(list(paths))
+    check_output_dir(out, (MANIFEST_NAME,))
+    jobs = jobs if jobs is not None else (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
+    created: list[Path] = []
+    stage: Path | None = None
+    try:
+        created = _make_dirs(out)
+        _prune_stages(out)
+        previous = _previous_sources(out)
+        stage = Path(tempfile.mkdtemp(prefix=f"{_STAGE_PREFIX}{os.getpid()}.", dir=out))
+        outcomes = _process_all(stage, candidates, jobs)
+        resolved, rejected, duplicates = _merge(o[0] for o in outcomes)
+        written = {o[0].name for o in outcomes if isinstance(o[0], Resolved) and o[1]}
+        failures = {f["name"]: f for _, _, f in outcomes if f is not None}
+        result = EmitResult(out=out, manifest={}, rejected=rejected, duplicates=duplicates)
+        entries = []
+        for r in resolved:
+            if r.name in failures:  # a template bug must not stop the batch
+                result.failed.append(failures[r.name])
+                continue
+            source = f"{r.name}.cu"
+            result.written += r.name in written
+            result.instances.append(r)
+            entries.append({
+                "name": r.name, "family": r.instance.family, "arch": r.instance.arch.yaml, "source": source,
+                "spec": r.instance.spec_file, "spec_hash": r.instance.spec_hash, "config": r.instance.config(),
+            })
+        manifest = {
+            "schema_version": SCHEMA_VERSION,
+            "emitter_version": __version__,
+            "specs": specs,
+            "instances": entries,
+            "rejected": [
+                {"family": j.instance.family, "arch": j.instance.arch.yaml, "spec": j.instance.spec_file,
+                 "spec_hash": j.instance.spec_hash, "config": j.instance.config(), "rule": j.rule, "reason": j.reason}
+                for j in rejected
+            ],
+            "failed": result.failed and [{"name": f["name"], "error": f["error"]} for f in result.failed],
+        }
+        if not manifest["failed"]:
+            del manifest["failed"]
+        atomic_write_bytes(stage / MANIFEST_NAME, manifest_dumps(manifest).encode("utf-8"), durable=True)
+        # commit: every file is written; renames within one directory need no new space
+        for name in sorted(written - set(failures)):
+            os.replace(stage / f"{name}.cu", out / f"{name}.cu")
+        os.replace(stage / MANIFEST_NAME, out / MANIFEST_NAME)
+    except OSError as e:
+        _undo(stage, created)
+        stage = None
+        what, fix = os_error_text(e)
+        where = display_path(e.filename) if isinstance(e.filename, (str, bytes)) else display_path(out)
+        raise OutputError(out, f"cannot write the output ({what}: {where}); the directory is as it was", fix) from None
+    except BaseException:
+        _undo(stage, created)
+        stage = None
+        raise
+    finally:
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
     result.manifest = manifest
+    result.stale = _stale_files(out, previous, {e["source"] for e in entries})
+    if result.stale and not keep_stale:
+        for src in result.stale:
+            try:
+                (out / src).unlink()
+            except OSError:
+                pass
+        result.stale_removed = True
     return result
 
 

@@ -56,3 +56,38 @@ class ManifestError(EmitterError):
 
 class CutlassNotFound(EmitterError):
     exit_code = 2
+
+
+def report_internal_error(exc: BaseException) -> str:
+    """Write the full traceback of an unexpected exception to a log file; return the one line to print.
+
+    The log goes to $EMITTER_LOG_DIR, else $XDG_STATE_HOME/emitter, else ~/.local/state/emitter, else the
+    temporary directory (whichever can be written)."""
+    import os
+    import tempfile
+    import time
+    import traceback
+
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    candidates = [os.environ.get("EMITTER_LOG_DIR"),
+                  os.path.join(os.environ["XDG_STATE_HOME"], "emitter") if os.environ.get("XDG_STATE_HOME") else None,
+                  os.path.join(os.path.expanduser("~"), ".local", "state", "emitter"),
+                  tempfile.gettempdir()]
+    where = "(no writable log directory)"
+    for d in candidates:
+        if not d:
+            continue
+        try:
+            os.makedirs(d, exist_ok=True)
+            path = os.path.join(d, f"emitter-crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log")
+            with open(path, "w", encoding="utf-8", errors="backslashreplace") as f:
+                f.write(text)
+            where = path
+            break
+        except OSError:
+            continue
+    msg = str(exc).splitlines()[0] if str(exc) else ""
+    if len(msg) > 300:
+        msg = msg[:300] + "..."
+    msg = msg.encode("utf-8", "backslashreplace").decode("utf-8")
+    return f"emitter: internal error (a bug): {type(exc).__name__}: {msg}; full traceback in {where}"
