@@ -52,7 +52,8 @@ class BuildOptions:
     cache_dir: str | os.PathLike[str] | None = None
     use_cache: bool = True                   # False: compile everything, touch no cache
     allow_serialized_wgmma: bool = False
-    executor: str = "thread"                 # thread | process (see executor.py)
+    executor: str = "thread"                 # thread | process (see executor.py) | ray (see ray_executor.py)
+    address: str | None = None               # executor ray: "auto", "ray://host:port"; None: a local Ray instance
     timeout_s: float | None = None           # per nvcc run
     extra_flags: tuple[str, ...] = ()
     host_syntax_only: bool = False           # see nvcc.commands
@@ -573,7 +574,7 @@ def build(out: str | os.PathLike[str], select: Iterable[str] = (), exclude: Iter
     if opts.jobs:
         jobs, budget = opts.jobs, None
         safe = default_jobs(archs)
-        if jobs > safe:
+        if jobs > safe and opts.executor != "ray":
             rep.note(f"-j {jobs} is above what memory holds ({safe} nvcc at ~"
                      f"{max(memory_per_job(a) for a in archs or {'sm80'}) >> 30} GB each); nvcc may swap")
     else:
@@ -585,8 +586,15 @@ def build(out: str | os.PathLike[str], select: Iterable[str] = (), exclude: Iter
         cache.ensure_writable()
         cache.prune()
     prune_tmp(root / "build" / ".tmp")
+    if opts.executor == "ray":   # Ray tasks: the cluster's CPUs bound the compiles in flight, its memory resource the rest
+        from emitter.build.ray_executor import RayExecutor
+
+        executor = RayExecutor(opts.address, rep.note)
+        jobs, budget = opts.jobs or executor.slots(), None
+        rep.note(executor.describe())
+    else:
+        executor = make_executor(opts.executor, jobs)
     run = _Run(root, plans, opts, rep, jobs, budget, cache)
-    executor = make_executor(opts.executor, jobs)
     try:
         results = run.run(executor, tc)
     except BaseException:

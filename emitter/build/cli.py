@@ -154,14 +154,17 @@ def register(group: click.Group) -> None:
     @click.option("--host-syntax-only", is_flag=True,
                   help="compile host shims with -fdevice-syntax-only: the shim holds no kernels, so its device pass "
                        "can stop after parsing (3-12% faster shims; experimental: not yet checked on a GPU)")
-    @click.option("--executor", type=click.Choice(["thread", "process"]), default="thread", show_default=True,
-                  help="where nvcc runs are dispatched from")
+    @click.option("--executor", type=click.Choice(["thread", "process", "ray"]), default="thread", show_default=True,
+                  help="where nvcc runs: a local thread or process pool, or ray (each compile a Ray task on a cluster; "
+                       "pip install 'emitter[ray]'; docs/scale-out.md)")
+    @click.option("--address", default=None, metavar="auto|ray://HOST:PORT",
+                  help="--executor ray: the cluster to join [default: $EMITTER_RAY_ADDRESS, else a local Ray instance]")
     @click.option("--timeout", "timeout_s", type=float, default=None, help="seconds one nvcc run may take")
     @click.option("--progress/--no-progress", default=None,
                   help="progress bar [default: on a terminal]; otherwise one line per instance")
     def build_cmd(out: Path, jobs: int | None, select: tuple[str, ...], exclude: tuple[str, ...], cache_dir: Path | None,
                   no_cache: bool, allow_serialized_wgmma: bool, host_syntax_only: bool, executor: str, timeout_s: float | None,
-                  progress: bool | None) -> None:
+                  progress: bool | None, address: str | None = None) -> None:
         """Compile the instances of OUT/manifest.json with nvcc: a cubin (device entry) and a host-shim .so per
         instance, in OUT/build/<name>/ with a record.json. Parallel, cached by content; a failing instance
         fails alone and the exit code says whether any did."""
@@ -170,7 +173,7 @@ def register(group: click.Group) -> None:
         reporter: Reporter = RichReporter() if progress else PlainReporter()
         opts = BuildOptions(jobs=jobs, cache_dir=cache_dir, use_cache=not no_cache,
                             allow_serialized_wgmma=allow_serialized_wgmma, executor=executor, timeout_s=timeout_s,
-                            host_syntax_only=host_syntax_only)
+                            host_syntax_only=host_syntax_only, address=address)
         try:   # SIGTERM stops the nvcc processes too, like Ctrl-C (only possible from the main thread)
             old = signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
         except ValueError:
