@@ -4,12 +4,18 @@ Per instance two nvcc runs, scheduled independently so they overlap: the device 
 (-DEMITTER_DEVICE -cubin, with the ptxas resource report) and the host shim to a shared library.
 An instance is then, in order of cost:
   up to date  build/<name>/record.json already names this cache key and its artifacts are in place;
-  cached      the cache holds the key: artifacts are linked into build/<name>/;
+  cached      the cache holds the key (its files verified by sha256): artifacts are copied into build/<name>/
+              (copies, not hard links: a later change to one cannot reach the other);
   compiled    nvcc runs under a per-key lock (a concurrent build of the same key waits, then hits), the
               result enters the cache atomically, then is installed like a cached one.
 Installing removes the old record first and writes the new one last, so a build killed in between
-leaves no record that vouches for mismatched artifacts. Failures are results: they are recorded and the
-build goes on.
+leaves no record that vouches for mismatched artifacts; the record holds each artifact's sha256, and "up
+to date" checks it. Failures are results: they are recorded and the build goes on.
+
+Nothing in a manifest is trusted (emitter.manifest.validate: names are C identifiers, sources relative
+paths), and before anything is read or written every source, build/ and build/<name>/ is checked to
+resolve inside the manifest's directory (emitter.fsutil.resolve_inside): a symlink that leads out is
+refused with PathEscape, so a build never reads, writes or deletes outside that directory and the cache.
 """
 
 from __future__ import annotations
@@ -29,13 +35,13 @@ from typing import Any, Iterable
 
 from emitter import manifest as manifest_mod
 from emitter.build import ptxas
-from emitter.build.cache import CACHE_FORMAT, Cache, KeyLock, cache_root, make_tmp, prune_tmp
+from emitter.build.cache import CACHE_FORMAT, Cache, KeyLock, cache_root, make_tmp, prune_tmp, sha256_file
 from emitter.build.executor import NvccResult, NvccTask, make_executor, run_nvcc, terminate_running
 from emitter.build.nvcc import Commands, commands, find_nvcc, host_compiler_version, memory_per_job, nvcc_version
 from emitter.build.resources import default_jobs, mem_available, memory_budget
 from emitter.cutlass_path import find_cutlass, headers_digest
 from emitter.errors import EmitterError
-from emitter.fsutil import atomic_write_json, atomic_write_text
+from emitter.fsutil import PathEscape, atomic_write_json, atomic_write_text, resolve_inside
 from emitter.selection import select as select_entries
 
 RECORD_SCHEMA_VERSION = 1
@@ -247,9 +253,13 @@ def _record(p: _Plan, status: str, wall_s: float, *, warnings: list[str], resour
 
 def read_record(root: Path, name: str) -> dict[str, Any] | None:
     try:
-        return json.loads((root / "build" / name / RECORD_NAME).read_text())
-    except (OSError, ValueError):
+        path = root / "build" / name / RECORD_NAME
+        if not path.is_file() or path.stat().st_size > (16 << 20):
+            return None
+        data = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):
         return None
+    return data if isinstance(data, dict) else None
 
 
 def _combined_log(logs: dict[str, str]) -> str:
@@ -283,13 +293,21 @@ def _first_error_lines(log: str, limit: int = 20) -> str:
     return "\n".join((picked or lines[-limit:])[:limit])
 
 
-def _link_or_copy(src: Path, dst_dir: Path, final: Path) -> None:
+def _copy_in(src: Path, dst_dir: Path, final: Path) -> None:
+    """Copy a cache file into the build directory (atomically; no temporary left behind on any failure).
+
+    A copy, not a hard link: with links, corrupting the build's file corrupted the cache entry too, and
+    renaming a link over another link of the same file leaves the temporary name in place (POSIX rename)."""
     tmp = dst_dir / f".{final.name}.{os.getpid()}.{time.monotonic_ns()}.tmp"
     try:
-        os.link(src, tmp)
-    except OSError:
         shutil.copyfile(src, tmp)
-    os.replace(tmp, final)
+        os.replace(tmp, final)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
 
 
 def _final_path(p: _Plan, kind: str) -> Path:
@@ -308,8 +326,9 @@ def _install(p: _Plan, files: dict[str, Path], record: dict[str, Any], log: str)
     p.build_dir.mkdir(parents=True, exist_ok=True)
     _remove_record(p)
     for kind, src in files.items():
-        _link_or_copy(src, p.build_dir, _final_path(p, kind))
+        _copy_in(src, p.build_dir, _final_path(p, kind))
     record["artifact_bytes"] = {k: _final_path(p, k).stat().st_size for k in files}
+    record["artifact_sha256"] = {k: sha256_file(_final_path(p, k)) for k in files}
     atomic_write_text(p.build_dir / LOG_NAME, log)
     atomic_write_json(p.build_dir / RECORD_NAME, record)
 
@@ -333,10 +352,14 @@ def _up_to_date(p: _Plan, allow_serialized: bool) -> dict[str, Any] | None:
     if rec.get("serialized_wgmma") and not allow_serialized:
         return None
     sizes = rec.get("artifact_bytes") or {}
+    hashes = rec.get("artifact_sha256")
+    if not isinstance(sizes, dict) or not isinstance(hashes, dict):
+        return None                         # an older record, or edited: reinstall from the cache
     for kind in KINDS:
         try:
-            if _final_path(p, kind).stat().st_size != sizes.get(kind):
-                return None
+            path = _final_path(p, kind)
+            if path.is_symlink() or path.stat().st_size != sizes.get(kind) or sha256_file(path) != hashes.get(kind):
+                return None                 # a changed artifact (even of the same size) is not up to date
         except OSError:
             return None
     return rec
@@ -557,6 +580,30 @@ class _Run:
             self._release(p)
 
 
+def check_contained(root: Path, entries: Iterable[dict[str, Any]]) -> None:
+    """Every path the build will read or write for `entries` resolves inside `root`; else PathEscape (exit 2).
+
+    Sources must be regular files inside; build/ and build/<name>/ (and what is already in it) must not be
+    symlinks that lead out. Names and sources were already checked by manifest.validate."""
+    for d in [root / "build", root / "build" / ".tmp"]:
+        if d.is_symlink() or (d.exists() and not d.is_dir()):
+            raise PathEscape(f"{root}: {d.relative_to(root)} is a symlink or not a directory; the build writes there, "
+                             f"so it is refused (remove it)")
+    for e in entries:
+        name = e["name"]
+        src = resolve_inside(root, e["source"], f"instance {name}'s source")
+        if src.exists() and not src.is_file():
+            raise PathEscape(f"{root}: instance {name}'s source {e['source']!r} is not a regular file; refused")
+        bdir = root / "build" / name
+        if bdir.is_symlink() or (bdir.exists() and not bdir.is_dir()):
+            raise PathEscape(f"{root}: build/{name} is a symlink or not a directory; refused (remove it)")
+        if bdir.is_dir():
+            for child in bdir.iterdir():
+                if child.is_symlink():
+                    raise PathEscape(f"{root}: build/{name}/{child.name} is a symlink; the build replaces its files, "
+                                     f"so it is refused (remove it)")
+
+
 def build(out: str | os.PathLike[str], select: Iterable[str] = (), exclude: Iterable[str] = (),
           options: BuildOptions | None = None, reporter: Reporter | None = None) -> BuildSummary:
     """Build the selected instances of `<out>/manifest.json`; never raises for a failing instance."""
@@ -567,6 +614,7 @@ def build(out: str | os.PathLike[str], select: Iterable[str] = (), exclude: Iter
     data = manifest_mod.load(mpath)
     root = mpath.parent.resolve()
     entries = select_entries(data["instances"], tuple(select), tuple(exclude))
+    check_contained(root, entries)
     tc = toolchain(opts.extra_flags, opts.host_syntax_only)
     plans = plan(root, entries, tc)
     plans.sort(key=lambda p: -memory_per_job(p.arch))   # the long sm90a compiles first: better packing

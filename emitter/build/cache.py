@@ -6,8 +6,11 @@ Layout under the cache root (`cache_root()`):
     v1/locks/<key>.lock          flock: one builder compiles a key at a time; others wait, then hit
 
 An entry appears by one os.rename of a finished directory, so a reader sees all of it or nothing; a
-build killed mid-way leaves only a tmp directory, which nothing reads and a later build removes.
-Files are verified against the sizes and sha256 in meta.json before they are handed out.
+build killed mid-way leaves only a tmp directory, which nothing reads and a later build removes (a
+failure such as ENOSPC removes it at once). Files are verified against the sizes and sha256 in
+meta.json before they are handed out, and builds copy them (never hard-link), so a damaged build
+directory cannot damage an entry. A hit sets meta.json's mtime: the "last used" time by which
+`trim(max_bytes)` (`emitter cache --max-size`) evicts least recently used entries first.
 """
 
 from __future__ import annotations
@@ -153,22 +156,32 @@ class Cache:
             meta = json.loads((path / "meta.json").read_text())
         except FileNotFoundError:
             return None
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
+            self.evict(key)
+            return None
+        if not isinstance(meta, dict):
             self.evict(key)
             return None
         entry = Entry(key, path, meta)
         if verify and not self._intact(entry):
             self.evict(key)
             return None
+        try:
+            os.utime(path / "meta.json")          # last used, for trim()
+        except OSError:
+            pass
         return entry
 
     def _intact(self, entry: Entry) -> bool:
         if entry.meta.get("key") != entry.key:
             return False
-        for artifact, info in (entry.meta.get("files") or {}).items():
+        files = entry.meta.get("files")
+        if not isinstance(files, dict) or set(files) != set(_ARTIFACT_FILES):
+            return False
+        for artifact, info in files.items():
             p = entry.file(artifact)
             try:
-                if p.stat().st_size != info["size"] or sha256_file(p) != info["sha256"]:
+                if p.is_symlink() or p.stat().st_size != info["size"] or sha256_file(p) != info["sha256"]:
                     return False
             except (OSError, KeyError, TypeError):
                 return False
@@ -181,6 +194,13 @@ class Cache:
         """Move finished artifacts into the entry for `key`, atomically. If another builder committed the
         same key first, theirs stands (same inputs, same outputs) and ours is discarded."""
         stage = Path(tempfile.mkdtemp(prefix=_tmp_prefix(), dir=self.tmp))
+        try:
+            return self._commit(key, stage, artifacts, meta)
+        except BaseException:
+            shutil.rmtree(stage, ignore_errors=True)     # ENOSPC, say: no stray files
+            raise
+
+    def _commit(self, key: str, stage: Path, artifacts: Mapping[str, Path], meta: dict[str, Any]) -> Entry:
         files = {}
         for artifact, src in artifacts.items():
             dst = stage / _ARTIFACT_FILES[artifact]
@@ -244,6 +264,54 @@ class Cache:
                              f"or build with --no-cache") from None
 
     # -- `emitter cache` ---------------------------------------------------------------------------
+    def _entries_by_use(self) -> list[tuple[float, int, str]]:
+        """(last used, bytes, key) of every entry, least recently used first."""
+        out = []
+        if not self.entries.is_dir():
+            return out
+        for shard in self.entries.iterdir():
+            if not shard.is_dir() or shard.is_symlink():
+                continue
+            for entry in shard.iterdir():
+                try:
+                    used = (entry / "meta.json").stat().st_mtime
+                except OSError:
+                    used = 0.0
+                size = 0
+                try:
+                    for f in entry.iterdir():
+                        size += f.lstat().st_size
+                except OSError:
+                    pass
+                out.append((used, size, entry.name))
+        out.sort()
+        return out
+
+    def trim(self, max_bytes: int) -> dict[str, Any]:
+        """Evict least recently used entries until the entries take at most `max_bytes`; entries a build
+        holds the lock of are left alone. Returns {"evicted", "freed", "bytes"} (bytes left)."""
+        entries = self._entries_by_use()
+        total = sum(size for _, size, _ in entries)
+        evicted = freed = 0
+        for _used, size, key in entries:
+            if total <= max_bytes:
+                break
+            lk = self.lock(key)
+            if not lk.try_acquire():
+                continue                  # being built or read right now
+            try:
+                self.evict(key)
+                try:
+                    lk.path.unlink()
+                except OSError:
+                    pass
+            finally:
+                lk.release()
+            total -= size
+            freed += size
+            evicted += 1
+        return {"evicted": evicted, "freed": freed, "bytes": total}
+
     def stats(self) -> dict[str, Any]:
         entries = 0
         size = 0

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import click
 
-from emitter.build.builder import BuildOptions, BuildSummary, InstanceResult, Reporter, build
-from emitter.build.cache import Cache, cache_root
+from emitter.api import build_instances
+from emitter.build.builder import BuildSummary, InstanceResult, Reporter
+from emitter.build.cache import Cache, CacheError, cache_root
 from emitter.selection import selection_options
 
 _TABLE_ALL_UP_TO = 60        # above this many instances the table lists only failures and warnings
@@ -21,6 +22,22 @@ def _size(n: int) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n} B"  # pragma: no cover
+
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 1000 ** 2, "mib": 1 << 20,
+          "g": 1 << 30, "gb": 1000 ** 3, "gib": 1 << 30, "t": 1 << 40, "tb": 1000 ** 4, "tib": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """'20G', '500M', '1.5GiB', '1000000' -> bytes (K/M/G/T alone are binary units)."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text or "")
+    unit = m.group(2).lower() if m else ""
+    if not m or unit not in _UNITS or len(m.group(1)) > 20:
+        raise CacheError(f"--max-size {text!r} is not a size\n  allowed: a number with an optional unit "
+                         f"(B, K, M, G, T, KB, MB, GB, KiB, MiB, GiB), e.g. 20G\n  fix: write e.g. --max-size 20G")
+    return int(float(m.group(1)) * _UNITS[unit])
 
 
 def _res(r: InstanceResult) -> tuple[str, str, str]:
@@ -171,15 +188,15 @@ def register(group: click.Group) -> None:
         if progress is None:
             progress = sys.stdout.isatty() and sys.stderr.isatty()
         reporter: Reporter = RichReporter() if progress else PlainReporter()
-        opts = BuildOptions(jobs=jobs, cache_dir=cache_dir, use_cache=not no_cache,
-                            allow_serialized_wgmma=allow_serialized_wgmma, executor=executor, timeout_s=timeout_s,
-                            host_syntax_only=host_syntax_only, address=address)
         try:   # SIGTERM stops the nvcc processes too, like Ctrl-C (only possible from the main thread)
             old = signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
         except ValueError:
             old = None
         try:
-            summary = build(out, select, exclude, opts, reporter)
+            summary = build_instances(out, select=select, exclude=exclude, jobs=jobs, cache_dir=cache_dir,
+                                      use_cache=not no_cache, allow_serialized_wgmma=allow_serialized_wgmma,
+                                      executor=executor, timeout_s=timeout_s, host_syntax_only=host_syntax_only,
+                                      reporter=reporter, **({"address": address} if address else {}))
         finally:
             if old is not None:
                 signal.signal(signal.SIGTERM, old)
@@ -191,11 +208,22 @@ def register(group: click.Group) -> None:
 
     @group.command(name="cache")
     @click.option("--clear", is_flag=True, help="remove every cache entry")
+    @click.option("--max-size", "max_size", default=None, metavar="SIZE",
+                  help="evict least recently used entries until the cache holds at most SIZE (e.g. 20G, 500M, 0)")
     @click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
                   help="cache location [default: $EMITTER_CACHE_DIR, $XDG_CACHE_HOME/emitter, ~/.cache/emitter]")
-    def cache_cmd(clear: bool, cache_dir: Path | None) -> None:
-        """Show the compile cache's location, entries and size; --clear empties it."""
+    def cache_cmd(clear: bool, max_size: str | None, cache_dir: Path | None) -> None:
+        """Show the compile cache's location, entries and size; --clear empties it; --max-size trims it."""
         cache = Cache(cache_root(cache_dir))
+        limit = parse_size(max_size) if max_size is not None else None
+        if cache.root.exists() and not cache.root.is_dir():
+            raise CacheError(f"{cache.root}: the cache path is not a directory\n"
+                             f"  fix: pass --cache-dir DIR or set EMITTER_CACHE_DIR to a directory")
+        if limit is not None and not clear:
+            done = cache.trim(limit)
+            click.echo(f"evicted {done['evicted']} least recently used entries ({_size(done['freed'])}); "
+                       f"{_size(done['bytes'])} left in {cache.root} (limit {_size(limit)})")
+            return
         if clear:
             before = cache.clear()
             click.echo(f"cleared {before['entries']} entries ({_size(before['bytes'])}) from {cache.root}")

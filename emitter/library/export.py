@@ -101,12 +101,16 @@ def _instances(manifest_dirs: Sequence[Path]) -> tuple[list[dict[str, Any]], dic
 
 
 def _build_failed(root: Path, name: str) -> str | None:
-    rec = root / "build" / name / "record.json"
-    try:
+    from emitter.fsutil import PathEscape, resolve_inside
+
+    try:   # a record is read only from inside the manifest's directory (no symlink leading out)
+        rec = resolve_inside(root, f"build/{name}/record.json", "build record")
         data = json.loads(rec.read_text())
-    except (OSError, ValueError):
+    except PathEscape as e:
+        return str(e)
+    except (OSError, ValueError, RecursionError):
         return None
-    if data.get("status") == "failed":
+    if isinstance(data, dict) and data.get("status") == "failed":
         err = str(data.get("error") or "").strip().splitlines()
         return f"`emitter build` failed on it ({err[0][:160] if err else 'see ' + str(rec)})"
     return None

@@ -20,6 +20,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from emitter.errors import EmitterError
+from emitter.fsutil import PathEscape, resolve_inside
 from emitter.runtime.config import GemmConfig
 
 
@@ -140,8 +141,10 @@ def build_record(root: Path, name: str) -> dict[str, Any]:
         record = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise NotBuilt(f"not built: {path} is missing (run `emitter build {root}`)") from None
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, ValueError, RecursionError) as e:
         raise NotBuilt(f"unreadable build record {path}: {e}") from None
+    if not isinstance(record, dict) or not isinstance(record.get("artifacts") or {}, dict):
+        raise NotBuilt(f"build record {path} is not a build record (re-run `emitter build {root}`)")
     status = record.get("status")
     if status not in ("ok", "cached"):
         err = record.get("error") or f"status {status!r}"
@@ -149,7 +152,13 @@ def build_record(root: Path, name: str) -> dict[str, Any]:
         raise NotBuilt(f"build {status}: " + " | ".join(first), build_failed=True)
     arts = record.get("artifacts") or {}
     for key in ("cubin", "host"):
-        if not arts.get(key) or not (Path(root) / arts[key]).is_file():
+        if not arts.get(key):
+            raise NotBuilt(f"build record {path} names no existing {key} artifact ({arts.get(key)!r})")
+        try:   # a record may be edited or written by another tool: load nothing from outside the directory
+            art = resolve_inside(root, arts[key], f"build record {path}: {key} artifact")
+        except PathEscape as e:
+            raise NotBuilt(str(e)) from None
+        if not art.is_file():
             raise NotBuilt(f"build record {path} names no existing {key} artifact ({arts.get(key)!r})")
     return record
 
