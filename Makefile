@@ -1,21 +1,36 @@
-# emitter — one command each: `make demo` (set-up + emit + build the example configs), `make test`.
+# emitter — one command each: `make demo` (set-up + emit + build a 3-kernel demo set, a few minutes on 2 cores),
+# `make demo-all` (every example config: configs/gemm/*.yaml), `make test`.
 PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
 OUT     ?= generated/demo
 SPECS   ?= configs/gemm/*.yaml
+DEMO_SPECS ?= configs/demo.yaml
 JOBS    ?=
 
-.PHONY: install demo emit build verify profile test test-fast test-gpu bench bench-gpu bench-gpu-explore perf-doc golden clean
+.PHONY: install demo demo-all emit build verify profile test test-fast test-gpu bench bench-gpu bench-gpu-explore perf-doc golden clean
 
 install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q --no-deps nvidia-cutlass==4.2.0.0   # the CUTLASS headers without scipy & co (pyproject.toml)
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-demo: build
+# demo: what a newcomer runs first (README): three sm80 kernels emitted, listed (with a rejected one and why) and
+# built, then the next steps. The full example set is `make demo-all`.
+demo: install
+	$(BIN)/emitter emit $(DEMO_SPECS) -o $(OUT)
+	$(BIN)/emitter list $(OUT)
+	$(BIN)/emitter build $(OUT) $(if $(JOBS),-j $(JOBS))
+	@echo
+	@echo "next: on a GPU, check the kernels against a reference:  $(BIN)/emitter verify $(OUT) --quick"
+	@echo "      (needs pip install pycuda; sm80 kernels also run on Hopper, through their PTX)"
+	@echo "      edit the specs (README: Spec format) or start your own project:  $(BIN)/emitter init my-kernels"
+	@echo "      every example config (about 26 kernels, 10-25 min on 2 cores):  make demo-all"
+
+demo-all: build
 
 emit: install
 	$(BIN)/emitter emit $(SPECS) -o $(OUT)

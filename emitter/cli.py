@@ -1,4 +1,4 @@
-"""emitter command line: emit, list, build, cache, verify, profile.
+"""emitter command line: init, emit, list, build, cache, verify, profile, library.
 
 One place maps errors to exit codes: an EmitterError prints its message on stderr (no traceback) and
 exits with its code (2 for bad input)."""
@@ -14,6 +14,7 @@ import click
 
 from emitter import __version__
 from emitter.errors import EmitterError
+from emitter.selection import selection_options
 
 
 class _Group(click.Group):
@@ -49,9 +50,9 @@ def main() -> None:
               help="keep (and list) .cu files of an earlier emit into OUT that the new manifest drops [default: remove]")
 def emit(specs: tuple[Path, ...], out: Path, quiet: bool, max_instances: int | None, keep_stale: bool) -> None:
     """Expand SPECS, validate every instance, and write one .cu per instance plus manifest.json."""
-    from emitter.emit import emit as run_emit
+    from emitter.api import emit_specs
 
-    result = run_emit(specs, out, max_instances=max_instances, keep_stale=keep_stale)
+    result = emit_specs(list(specs), out, max_instances=max_instances, keep_stale=keep_stale)
     for src in result.stale if keep_stale else ():
         click.echo(f"  stale (kept, not in the manifest): {out / src}", err=True)
     if not quiet:
@@ -72,27 +73,39 @@ def emit(specs: tuple[Path, ...], out: Path, quiet: bool, max_instances: int | N
 
 @main.command(name="list")
 @click.argument("out", type=click.Path(path_type=Path), default="generated/demo")
-@click.option("--rejected/--no-rejected", default=True, show_default=True, help="also list rejected configurations")
+@selection_options
+@click.option("--rejected/--no-rejected", default=None,
+              help="also list rejected configurations [default: yes, unless --select/--exclude is given]")
 @click.option("--json", "as_json", is_flag=True, help="print the manifest entries as JSON")
-def list_cmd(out: Path, rejected: bool, as_json: bool) -> None:
-    """List what a manifest holds: emitted instances, and rejected configurations with the reason."""
+def list_cmd(out: Path, select: tuple[str, ...], exclude: tuple[str, ...], rejected: bool | None, as_json: bool) -> None:
+    """List what a manifest holds: emitted instances, and rejected configurations with the reason.
+
+    With --select/--exclude, only the instances a build, verify or profile with the same patterns would
+    take (a preview of the selection)."""
     import json
 
     from emitter.manifest import load
+    from emitter.selection import select as select_entries
 
     data = load(out)
+    selected = select or exclude
+    instances = select_entries(data["instances"], select, exclude) if selected else data["instances"]
+    if rejected is None:
+        rejected = not selected
     if as_json:
-        click.echo(json.dumps({"instances": data["instances"], "rejected": data["rejected"] if rejected else []}, indent=2))
+        click.echo(json.dumps({"instances": instances, "rejected": data["rejected"] if rejected else []}, indent=2))
         return
     from rich.console import Console
     from rich.table import Table
 
     console = Console()
-    table = Table(title=f"{len(data['instances'])} instances in {out}")
+    title = (f"{len(instances)} of {len(data['instances'])} instances in {out} selected" if selected
+             else f"{len(instances)} instances in {out}")
+    table = Table(title=title)
     table.add_column("name", overflow="fold")
     for col in ("arch", "tile", "stages"):
         table.add_column(col, no_wrap=True)
-    for inst in data["instances"]:
+    for inst in instances:
         cfg = inst["config"]
         table.add_row(inst["name"], inst["arch"], "x".join(map(str, cfg["tile"])), str(cfg["stages"] or "auto"))
     console.print(table)
@@ -105,6 +118,25 @@ def list_cmd(out: Path, rejected: bool, as_json: bool) -> None:
             rt.add_row(rej["arch"], f"{cfg['a']}/{cfg['b']}->{cfg['d']}", "x".join(map(str, cfg["tile"])),
                        rej["rule"], rej["reason"])
         console.print(rt)
+
+
+@main.command(name="init")
+@click.argument("directory", type=click.Path(path_type=Path), default=".")
+@click.option("--gpu", type=click.Choice(["auto", "sm80", "sm90a"]), default="auto", show_default=True,
+              help="the GPU to write specs for: auto asks nvidia-smi (sm80 when it finds none)")
+def init_cmd(directory: Path, gpu: str) -> None:
+    """Write a starter project into DIRECTORY: specs.yaml (kernels for the GPU), profile.yaml, README.md.
+
+    Never overwrites: if any of the three exists, nothing is written."""
+    from emitter.api import init_project
+
+    r = init_project(directory, gpu=gpu)
+    click.echo(f"{r.reason}")
+    for p in r.written:
+        click.echo(f"  wrote {p}")
+    where = "" if directory.resolve() == Path.cwd().resolve() else f"cd {directory} && "
+    click.echo(f"next: {where}emitter emit specs.yaml -o generated && emitter build generated"
+               f"   (then on a GPU: emitter verify generated --quick; see README.md)")
 
 
 def _register_optional(module: str) -> None:

@@ -15,9 +15,10 @@ from pathlib import Path
 
 from emitter.errors import CutlassNotFound
 
-_FIX = ("install the headers with `pip install nvidia-cutlass==4.2.0.0` (they ship inside it), or point "
-        "CUTLASS_PATH at a CUTLASS checkout: `export CUTLASS_PATH=$HOME/cutlass` (it must hold include/cutlass "
-        "and tools/util/include)")
+_FIX = ("install the headers with `pip install nvidia-cutlass==4.2.0.0 --no-deps` (they ship inside it; "
+        "--no-deps leaves out the ~200 MB of scipy, networkx and cuda-python it asks for, which emitter does not "
+        "use; `pip install 'emitter[cutlass]'` takes them too), or point CUTLASS_PATH at a CUTLASS checkout: "
+        "`export CUTLASS_PATH=$HOME/cutlass` (it must hold include/cutlass and tools/util/include)")
 
 
 @dataclass(frozen=True)

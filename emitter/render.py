@@ -12,15 +12,10 @@ from emitter import __version__
 
 
 def templates_root() -> Path:
-    """templates/ in a source checkout, or the emitter.templates package data when pip-installed."""
-    here = Path(__file__).resolve().parent
-    src = here.parent / "templates"
-    if (src / "common" / "emitter_abi.h").is_file():
-        return src
-    import importlib.resources
+    """templates/ in a source checkout, or emitter/templates when pip-installed (emitter/resources.py)."""
+    from emitter.resources import templates_root as root
 
-    pkg = Path(str(importlib.resources.files("emitter.templates")))
-    return pkg
+    return root()
 
 
 def _cpp_float(value: float) -> str:

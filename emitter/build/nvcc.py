@@ -1,4 +1,7 @@
-"""The nvcc command lines for one instance: device cubin and host shim, with the flags that make it fast."""
+"""The nvcc command lines for one instance: device image and host shim, with the flags that make it fast.
+
+The device image is a cubin (SASS) for arch-specific targets (sm90a) and a fatbin (SASS + PTX of the
+instance's arch) for the others, so a 2.x instance built for sm80 also runs on sm86/sm89/sm90 GPUs."""
 
 from __future__ import annotations
 
@@ -80,12 +83,28 @@ def host_compiler_version(nvcc: str) -> str:
         return "unknown"
 
 
-def gencode(arch: str) -> str:
+# Arch-specific targets (the `a` suffix): their SASS runs only on that one arch and their PTX is not forward
+# compatible, so they ship SASS alone. Every other arch also ships its PTX so that the driver can JIT-compile
+# the kernel for a newer GPU (an sm80 instance on an H100).
+ARCH_SPECIFIC = frozenset({"sm90a"})
+
+
+def gencode(arch: str, *, ptx: bool = False) -> str:
+    """nvcc's -gencode for arch: SASS only, or (ptx=True, not for arch-specific targets) SASS + the PTX."""
     try:
         virtual, real = GENCODE[arch]
     except KeyError:
         raise UnknownArch(f"unknown arch {arch!r} in the manifest (known: {', '.join(GENCODE)})") from None
+    if ptx and arch not in ARCH_SPECIFIC:
+        return f"-gencode=arch={virtual},code=[{real},{virtual}]"
     return f"-gencode=arch={virtual},code={real}"
+
+
+def device_image_kind(arch: str) -> str:
+    """What the device compile writes: "fatbin" (SASS + PTX, loads on this arch and newer through the driver's
+    JIT) for portable archs, "cubin" (SASS only) for arch-specific ones. cuModuleLoadData takes either."""
+    gencode(arch)  # raises UnknownArch
+    return "cubin" if arch in ARCH_SPECIFIC else "fatbin"
 
 
 def memory_per_job(arch: str) -> int:
@@ -113,8 +132,11 @@ def commands(nvcc: str, arch: str, include_flags: list[str], extra: tuple[str, .
     (benchmarks/build_overhead.py --only-experiments, CPU-time medians of alternated runs): sm80 shim
     14.6 -> 12.8 s (-12%), sm90a shim 24.1 -> 23.3 s (-3%). Off by default until a GPU run shows such
     shims initialize workspaces fine (eager module loading registers the shim's image too)."""
-    base = [nvcc, *COMMON_FLAGS, gencode(arch), *include_flags, *extra]
-    device = (*base, "-Xptxas=-v", "-DEMITTER_DEVICE", "-cubin", "-o", "{out}", "{src}")
-    host = (*base, *(("-fdevice-syntax-only",) if host_syntax_only else ()),
+    kind = device_image_kind(arch)
+    base = [nvcc, *COMMON_FLAGS]
+    device = (*base, gencode(arch, ptx=kind == "fatbin"), *include_flags, *extra,
+              "-Xptxas=-v", "-DEMITTER_DEVICE", f"-{kind}", "-o", "{out}", "{src}")
+    # the shim holds no kernels: SASS of its (empty) device image is enough
+    host = (*base, gencode(arch), *include_flags, *extra, *(("-fdevice-syntax-only",) if host_syntax_only else ()),
             "--shared", "-Xcompiler", "-fPIC", "-o", "{out}", "{src}")
     return Commands(device, host)

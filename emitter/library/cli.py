@@ -34,7 +34,7 @@ def library(manifests: tuple[Path, ...], name: str, out: Path | None, tuning: tu
       emitter library generated/demo --tuning results/tuning.json --name mykernels -o dist/mykernels
       cmake -S dist/mykernels -B build && cmake --build build -j && cmake --install build --prefix /opt/mykernels
     """
-    from emitter.library.export import export_library
+    from emitter.api import export_library
 
     out = out or Path("dist") / name
     r = export_library(manifests, name, out, tuning=tuning, select=select, exclude=exclude, archs=archs,
