@@ -37,8 +37,7 @@ from emitter import manifest as manifest_mod
 from emitter.build import ptxas
 from emitter.build.cache import CACHE_FORMAT, Cache, KeyLock, cache_root, make_tmp, prune_tmp, sha256_file
 from emitter.build.executor import NvccResult, NvccTask, make_executor, run_nvcc, terminate_running
-from emitter.build.nvcc import (Commands, commands, device_image_kind, find_nvcc, host_compiler_version, memory_per_job,
-                                nvcc_version)
+from emitter.build.nvcc import Commands, commands, find_nvcc, host_compiler_version, memory_per_job, nvcc_version
 from emitter.build.resources import default_jobs, mem_available, memory_budget
 from emitter.cutlass_path import find_cutlass, headers_digest
 from emitter.errors import EmitterError
@@ -145,9 +144,7 @@ class _Plan:
         return self.root / "build" / self.name
 
     def rel_artifact(self, kind: str) -> str:
-        if kind == "cubin":   # the device image: a .fatbin (SASS + PTX) or .cubin, nvcc.device_image_kind
-            return f"build/{self.name}/{self.name}.{device_image_kind(self.arch) if self.cmds.device else 'cubin'}"
-        return f"build/{self.name}/lib{self.name}.so"
+        return f"build/{self.name}/{self.name}.cubin" if kind == "cubin" else f"build/{self.name}/lib{self.name}.so"
 
     def record_commands(self) -> list[list[str]]:
         return [Commands.fill(self.cmds.device, self.src_rel, self.rel_artifact("cubin")),
@@ -213,13 +210,26 @@ def cache_key(source: bytes, arch: str, tc: _Toolchain) -> str:
     return h.hexdigest()
 
 
+def family_include_flags(entry: dict[str, Any]) -> list[str]:
+    """-I flags a family adds for its instances: the family package's optional `include_dirs(arch)` (attention sm80:
+    an empty <curand_kernel.h> stand-in). GEMM has none, so its commands and cache keys are unchanged."""
+    from emitter.families.registry import family_module
+
+    try:
+        hook = getattr(family_module(entry.get("family", "gemm")), "include_dirs", None)
+    except (EmitterError, ImportError):
+        return []
+    return [f"-I{d}" for d in hook(entry.get("arch", ""))] if hook is not None else []
+
+
 def plan(root: Path, entries: Iterable[dict[str, Any]], tc: _Toolchain) -> list[_Plan]:
     plans = []
     for e in entries:
         name, arch, src_rel = e["name"], e["arch"], e["source"]
         key, err = "", None
         try:
-            cmds = commands(tc.nvcc, arch, tc.include_flags, tc.extra_flags, tc.host_syntax_only)
+            cmds = commands(tc.nvcc, arch, tc.include_flags + family_include_flags(e), tc.extra_flags,
+                            tc.host_syntax_only)
         except EmitterError as ex:       # an arch this emitter cannot build: that instance fails alone
             cmds, err = Commands((), ()), ex.render()
         if err is None:
