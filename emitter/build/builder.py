@@ -37,7 +37,8 @@ from emitter import manifest as manifest_mod
 from emitter.build import ptxas
 from emitter.build.cache import CACHE_FORMAT, Cache, KeyLock, cache_root, make_tmp, prune_tmp, sha256_file
 from emitter.build.executor import NvccResult, NvccTask, make_executor, run_nvcc, terminate_running
-from emitter.build.nvcc import Commands, commands, find_nvcc, host_compiler_version, memory_per_job, nvcc_version
+from emitter.build.nvcc import (Commands, commands, device_image_kind, find_nvcc, host_compiler_version, memory_per_job,
+                                nvcc_version)
 from emitter.build.resources import default_jobs, mem_available, memory_budget
 from emitter.cutlass_path import find_cutlass, headers_digest
 from emitter.errors import EmitterError
@@ -144,7 +145,9 @@ class _Plan:
         return self.root / "build" / self.name
 
     def rel_artifact(self, kind: str) -> str:
-        return f"build/{self.name}/{self.name}.cubin" if kind == "cubin" else f"build/{self.name}/lib{self.name}.so"
+        if kind == "cubin":   # the device image: a .fatbin (SASS + PTX) or .cubin, nvcc.device_image_kind
+            return f"build/{self.name}/{self.name}.{device_image_kind(self.arch) if self.cmds.device else 'cubin'}"
+        return f"build/{self.name}/lib{self.name}.so"
 
     def record_commands(self) -> list[list[str]]:
         return [Commands.fill(self.cmds.device, self.src_rel, self.rel_artifact("cubin")),
