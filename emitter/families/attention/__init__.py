@@ -54,4 +54,16 @@ def render_instance(inst: AttentionInstance, name: str, banner: str) -> str:
                            ctx=mod.template_context(inst), banner=banner)
 
 
-__all__ = ["arch_module", "template_dir", "expand_entry", "resolve", "instance_name", "render_instance"]
+def include_dirs(arch) -> list:
+    """Extra include directories the build adds for an instance of this arch (emitter.build.builder's
+    family_include_flags): the arch module's include_dirs(), if it has one."""
+    try:
+        a = arch if isinstance(arch, Arch) else Arch[str(arch)]
+    except KeyError:
+        return []
+    mod = arch_module(a)
+    hook = getattr(mod, "include_dirs", None) if mod is not None else None
+    return list(hook(a)) if hook is not None else []
+
+
+__all__ = ["arch_module", "include_dirs", "template_dir", "expand_entry", "resolve", "instance_name", "render_instance"]

@@ -140,13 +140,14 @@ def template_context(inst: AttentionInstance) -> dict:
     }
 
 
-def include_dirs(cutlass_root) -> list:
-    """Extra include directories an sm80 attention instance compiles with: CUTLASS's examples/ (the kernel's
-    home) and emitter's stand-in for <curand_kernel.h> (templates/attention/sm80/include, see that file)."""
-    from pathlib import Path
-
+def include_dirs(arch=None) -> list:
+    """Extra include directories an sm80 attention instance compiles with: emitter's stand-in for
+    <curand_kernel.h> (templates/attention/sm80/include, see that file). The kernel itself is included as
+    "../examples/41_fused_multi_head_attention/kernel_forward.h", relative to CUTLASS's include/ directory,
+    which every build already puts on the include path (the wheel's and a CUTLASS_PATH checkout's trees both
+    hold include/ and examples/ side by side)."""
     from emitter.render import templates_root
-    return [Path(cutlass_root) / "examples", templates_root() / "attention" / "sm80" / "include"]
+    return [templates_root() / "attention" / "sm80" / "include"]
 
 
 __all__ = ["ARCHES", "LEVELS", "HEAD_DIMS", "TILE_Q", "TILE_KV", "SMEM_LIMIT", "resolve", "template_context",
