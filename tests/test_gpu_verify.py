@@ -129,13 +129,6 @@ if _SKIP:
     pytestmark = [pytest.mark.gpu, pytest.mark.skip(reason=_SKIP)]
 
 
-def _device_cc() -> tuple[int, int]:
-    import pycuda.driver as drv
-
-    drv.init()
-    return drv.Device(0).compute_capability()
-
-
 # ---------------------------------------------------------------------------------------------- planted bugs
 # (kind, which base instance, [(exact text, replacement)], what the verifier should see)
 def _is(entry, arch_2x: bool, activation: str, extra=lambda c: True):
@@ -202,10 +195,8 @@ def suite(tmp_path_factory):
         emit([str(p) for p in CONFIGS] + [str(extra)], root)
     data = load(root)
     real = [e for e in data["instances"] if "planted" not in e]
-    if _device_cc()[0] >= 9:
-        for e in real:
-            if e["arch"] in ARCH_2X:
-                e["arch"] = "sm90"       # sm_80 SASS does not load on sm_90: build the same .cu for this GPU
+    # no arch rewrite: 2.x instances build as the user's do (sm_80 SASS + compute_80 PTX in a fatbin), and on a
+    # newer GPU the driver JIT-compiles their PTX (issue 26)
     planted = plant_bugs(root, real)
     data["instances"] = real + planted
     write(root, data)
