@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Sequence
 
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
-_ALIGN = 64       # the strictest alignment a Params struct has (CUtensorMap)
+_ALIGN = 128      # the strictest alignment a Params struct has (CUtensorMap 64; the Hopper FMHA kernels 128)
 
 _lib: ctypes.CDLL | None = None
 

@@ -1,0 +1,217 @@
+"""sm90a attention: CUTLASS's Hopper FMHA collectives (examples/88_hopper_fmha) with emitter's own levels.
+
+What the instance compiles (templates/attention/sm90a/, level by level):
+  1 types      element, TileShape (BlockQ x BlockKV x HeadDim), (seq, dim, (batch, head)) strides, options
+  2 mask       emitter's fusion: causal top-left / bottom-right and the key tail, in one struct shaped like
+               upstream's CausalFusion / ResidualFusion (which cannot combine them or shift the diagonal)
+  3 mainloop   upstream FmhaMainloopTmaWarpSpecialized, derived: run-time softmax scale, K/V TMA descriptors
+               over heads_kv heads and the KV head h / (heads_q / heads_kv) for query head h (GQA, MQA)
+  4 epilogue   upstream FmhaFwdEpilogue's TMA store of O; the LSE write optional (upstream always writes
+               it) and -inf for a row that sees no key
+  5 kernel     FmhaKernelTmaWarpSpecialized + IndividualTileScheduler or PersistentTileScheduler
+  6 device     the host shim: problem -> Arguments, every TMA stride / alignment rule checked first
+  7 entry      extern "C" __global__ with Params by value (__grid_constant__), the C ABI
+
+Schedules: `cooperative` (two consumer warp groups share a 128-row Q tile; persistent optional) and
+`pingpong` (upstream's builder spelling of it: persistent, Q loaded by its own producer warp). `tma`
+(FmhaKernelTma, no warp specialization) is refused: slower, and not emitted here. Variable sequence
+lengths are refused (see _VARLEN_REASON).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from emitter.dtypes import DType
+from emitter.families.attention.model import (AUTO, Arch, AttentionInstance, Layout, Mask, Rejection,
+                                              Schedule)
+
+SMEM_CAPACITY = 232448          # bytes of shared memory one CTA may use on sm90 (227 KiB)
+HEAD_DIMS = (32, 64, 128, 256)  # the head dims upstream builds and checks its collectives with
+TILE_Q = 128                    # two consumer warp groups of 64 rows (wgmma M = 64)
+TILES_KV = (64, 128, 256)
+MMA_WARP_GROUPS = 2
+MAX_STAGES = 8
+MAX_ACC_COLUMNS = 384           # tile_kv + head_dim: the S and O accumulators of one consumer thread
+AUTO_STAGES_MAX = 5             # upstream's default K/V stage count (kStagesKV)
+
+_ELEMENT = {DType.f16: "cutlass::half_t", DType.bf16: "cutlass::bfloat16_t"}
+
+_VARLEN_REASON = (
+    "variable sequence lengths (cu_seqlens) are not implemented for sm90a: they need a tile scheduler that "
+    "walks per-sequence query blocks from cu_seqlens_q, K/V/Q/O TMA loads and stores at per-sequence row "
+    "offsets into the packed [total, heads, dim] tensors (with the tail of each sequence masked rather than "
+    "clipped by the descriptor), and the mask level reading each sequence's lengths; use arch sm80 for varlen")
+
+
+class _Reject(Exception):
+    def __init__(self, rule: str, reason: str) -> None:
+        super().__init__(reason)
+        self.rule = rule
+        self.reason = reason
+
+
+def _fail(rule: str, reason: str) -> None:
+    raise _Reject(rule, reason)
+
+
+@dataclass(frozen=True)
+class SmemBreakdown:
+    q: int
+    kv: int
+    epilogue: int
+    barriers: int
+    total: int
+
+
+def _round_up(x: int, m: int) -> int:
+    return (x + m - 1) // m * m
+
+
+def smem_bytes(inst: AttentionInstance, stages: int) -> SmemBreakdown:
+    """sizeof(Kernel::SharedStorage), from the collectives' storage:
+    Q: StagesQ (= warp groups) buffers of (tile_q / warp groups) x head_dim; K and V: `stages` buffers of
+    tile_kv x head_dim (K and V share them, a union); the epilogue: per consumer warp group a 64 x 32 D tile
+    in 2 stages (EpilogueTileAuto, TmaWarpSpecialized); the mainloop and the epilogue storage overlap
+    (a union) unless the kernel is persistent. Barriers: a full/empty pair per stage plus the Q, reducer,
+    warp-group order, load-warp and epilogue-load barriers and alignment (432 bytes; 393,728 bytes for f16
+    d256 with a 128-wide KV tile and 5 stages, the figure CUTLASS reports)."""
+    es = inst.dtype.bits // 8
+    d = max(inst.head_dim, inst.head_dim_v)
+    q = _round_up(inst.tile_q * inst.head_dim * es, 128)
+    kv = _round_up(inst.tile_kv * d * es, 128) * stages
+    epi_tile_n = min(32, inst.head_dim_v)
+    epi_stages = min(inst.head_dim_v // epi_tile_n, 2)
+    epilogue = MMA_WARP_GROUPS * _round_up(64 * epi_tile_n * epi_stages * es, 128)
+    barriers = 432 + 16 * stages
+    tensors = q + kv + epilogue if inst.persistent else max(q + kv, epilogue)
+    return SmemBreakdown(q, kv, epilogue, barriers, tensors + barriers)
+
+
+def _auto_stages(inst: AttentionInstance) -> int:
+    for stages in range(AUTO_STAGES_MAX, 1, -1):
+        if smem_bytes(inst, stages).total <= SMEM_CAPACITY:
+            return stages
+    return 2
+
+
+def resolve(inst: AttentionInstance) -> AttentionInstance | Rejection:
+    try:
+        return _resolve(inst)
+    except _Reject as r:
+        return Rejection(inst, r.rule, r.reason)
+
+
+def _resolve(inst: AttentionInstance) -> AttentionInstance:
+    if inst.arch is not Arch.sm90a:
+        _fail("arch-sm90a", f"attention/sm90a.py resolves sm90a instances, not {inst.arch.yaml}")
+    if inst.dtype not in _ELEMENT:
+        if inst.dtype is DType.e4m3:
+            _fail("sm90a-e4m3-v-layout",
+                  "e4m3 attention needs V stored transposed (K-major for the fp8 wgmma of P @ V) and an fp8 "
+                  "P conversion; this version emits f16 and bf16 only: use dtype f16 or bf16")
+        _fail("sm90a-dtype", f"dtype {inst.dtype.yaml} is not an sm90a attention type: use f16 or bf16")
+    if inst.head_dim not in HEAD_DIMS:
+        _fail("sm90a-head-dim",
+              f"head_dim {inst.head_dim} is not one the Hopper FMHA collectives are built for "
+              f"({', '.join(map(str, HEAD_DIMS))}): use one of those")
+    if inst.head_dim_v != inst.head_dim:
+        _fail("sm90a-head-dim-v",
+              f"head_dim_v {inst.head_dim_v} != head_dim {inst.head_dim}: the Hopper FMHA tile has one head "
+              f"dim for Q, K, V and O; use head_dim_v = head_dim, or arch sm80")
+    if inst.varlen:
+        _fail("sm90a-varlen", _VARLEN_REASON)
+    if inst.layout not in (Layout.bshd, Layout.bhsd):
+        _fail("sm90a-layout", f"layout {inst.layout} is not supported: use bshd or bhsd")
+
+    schedule, persistent = inst.schedule, inst.persistent
+    if schedule is Schedule.auto:
+        schedule = Schedule.cooperative
+    if schedule is Schedule.tma:
+        _fail("sm90a-schedule-tma",
+              "schedule tma (FmhaKernelTma, no warp specialization) is not emitted: use cooperative or pingpong")
+    if schedule not in (Schedule.cooperative, Schedule.pingpong):
+        _fail("sm90a-schedule", f"schedule {schedule} is not an sm90a attention schedule: use cooperative or pingpong")
+    if schedule is Schedule.pingpong:
+        persistent = True      # upstream's FmhaBuilder: ping-pong = persistent + Q loaded by its own warp
+
+    if inst.tile_q != TILE_Q:
+        _fail("sm90a-tile-q",
+              f"tile_q {inst.tile_q}: the warp-specialized kernel gives each of its {MMA_WARP_GROUPS} consumer "
+              f"warp groups 64 query rows (wgmma M = 64): use tile_q {TILE_Q}")
+    if inst.tile_kv not in TILES_KV:
+        _fail("sm90a-tile-kv", f"tile_kv {inst.tile_kv} is not one of {', '.join(map(str, TILES_KV))}")
+    acc = inst.tile_kv + inst.head_dim
+    if acc > MAX_ACC_COLUMNS:
+        _fail("sm90a-registers",
+              f"tile_kv {inst.tile_kv} + head_dim {inst.head_dim} = {acc} accumulator columns: each consumer "
+              f"thread would hold {acc // 2} f32 accumulators (S and O) plus P, more than the "
+              f"{240} registers a consumer thread gets; keep tile_kv + head_dim <= {MAX_ACC_COLUMNS} "
+              f"(e.g. tile_kv {MAX_ACC_COLUMNS - inst.head_dim})")
+
+    resolved = inst.replace(schedule=schedule, persistent=persistent)
+    if inst.stages != AUTO:
+        if not 2 <= inst.stages <= MAX_STAGES:
+            _fail("sm90a-stages", f"stages {inst.stages}: the K/V pipeline needs 2 to {MAX_STAGES} stages")
+        stages = inst.stages
+    else:
+        stages = _auto_stages(resolved)
+    smem = smem_bytes(resolved, stages)
+    if smem.total > SMEM_CAPACITY:
+        fix = ("use fewer stages, a smaller tile_kv" + ("" if not persistent else ", or a non-persistent schedule"))
+        _fail("sm90a-shared-memory",
+              f"{inst.dtype.yaml} head_dim {inst.head_dim} with tile {inst.tile_q}x{inst.tile_kv} and {stages} "
+              f"K/V stages needs {smem.total:,} bytes of shared memory (Q {smem.q:,}, K/V {smem.kv:,}, epilogue "
+              f"{smem.epilogue:,}{' added: persistent' if persistent else ' overlapping the mainloop'}, barriers "
+              f"{smem.barriers:,}), more than the {SMEM_CAPACITY:,} an sm90 CTA has: {fix}")
+    return resolved.replace(stages=stages)
+
+
+def _mask_text(inst: AttentionInstance) -> str:
+    parts = []
+    if inst.mask is Mask.causal_top_left:
+        parts.append("causal from the top-left (key j <= query i)")
+    elif inst.mask is Mask.causal_bottom_right:
+        parts.append("causal from the bottom-right (key j <= query i + seq_k - seq_q)")
+    else:
+        parts.append("no causal mask")
+    parts.append("key tail masked (keys >= seq_k in the last tile)" if inst.key_tail
+                 else "no key tail (seq_k a multiple of tile_kv)")
+    return "; ".join(parts)
+
+
+def template_context(inst: AttentionInstance) -> dict[str, Any]:
+    """What the templates print: C++ spellings from enums and checked integers only."""
+    if inst.stages == AUTO or inst.schedule not in (Schedule.cooperative, Schedule.pingpong):
+        raise ValueError("template_context needs a resolved sm90a instance (attention/sm90a.py resolve)")
+    pingpong = inst.schedule is Schedule.pingpong
+    persistent = bool(inst.persistent)
+    scheduler = "PersistentTileScheduler" if persistent else "IndividualTileScheduler"
+    return {
+        "element": _ELEMENT[inst.dtype],
+        "tile_q": int(inst.tile_q),
+        "tile_kv": int(inst.tile_kv),
+        "head_dim": int(inst.head_dim),
+        "stages": int(inst.stages),
+        "mma_warp_groups": MMA_WARP_GROUPS,
+        "schedule": inst.schedule.value,
+        "persistent": persistent,
+        # upstream's ping-pong loads Q in its own warp; GQA needs that too (Q and K/V index different heads)
+        "loads_q_separately": pingpong or bool(inst.gqa),
+        "causal": inst.mask is not Mask.none,
+        "bottom_right": inst.mask is Mask.causal_bottom_right,
+        "key_tail": bool(inst.key_tail),
+        "lse": bool(inst.lse),
+        "gqa": bool(inst.gqa),
+        "layout": inst.layout.value,
+        "vector_elements": 16 // (inst.dtype.bits // 8),
+        "mask_text": _mask_text(inst),
+        "scheduler_cpp": f"cutlass::fmha::kernel::{scheduler}",
+        "scheduler_text": (f"{scheduler}: " + ("a grid of SM-count CTAs walking (q block, batch, head) tiles"
+                                               if persistent else "one CTA per (q block, batch, head)")),
+        "smem_bytes": smem_bytes(inst, inst.stages).total,
+    }
+
+
+__all__ = ["resolve", "template_context", "smem_bytes", "SMEM_CAPACITY", "HEAD_DIMS", "TILES_KV", "TILE_Q"]
