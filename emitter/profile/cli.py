@@ -57,9 +57,15 @@ def _problems(values: tuple[str, ...]):
                    "'' = compiled-in), in place of the config's scheduler sweep")
 @click.option("--tie-tolerance", type=click.FloatRange(0, 0.5), default=None,
               help="relative floor of the noise used to call kernels tied (default: config, 0.01)")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="ray: one Ray GPU actor per GPU of a cluster, in place of local worker processes "
+                   "(pip install 'emitter[ray]'; docs/scale-out.md)")
+@click.option("--address", default=None, metavar="auto|ray://HOST:PORT",
+              help="--executor ray: the cluster to join [default: $EMITTER_RAY_ADDRESS, else a local Ray instance]")
 def profile_cmd(config: Path | None, out: Path | None, select: tuple[str, ...], exclude: tuple[str, ...],
                 problems: tuple[str, ...], gpus: str | None, backend: str, no_check: bool, no_baseline: bool,
-                quick: bool, all_kernels: bool, no_plots: bool, replay: Path | None, resume: bool, stall_timeout: float, options_text: str | None, tie_tolerance: float | None) -> None:
+                quick: bool, all_kernels: bool, no_plots: bool, replay: Path | None, resume: bool, stall_timeout: float, options_text: str | None, tie_tolerance: float | None,
+                executor: str = "local", address: str | None = None) -> None:
     """Profile the kernels of CONFIG (a profile YAML) against cuBLAS in the same run.
 
     Each kernel is checked for correctness on each problem, then timed with CUDA events (warm-up, median of
@@ -79,6 +85,10 @@ def profile_cmd(config: Path | None, out: Path | None, select: tuple[str, ...], 
     from emitter.profile.runner import ProfileError, check_built, plan, resolve_gpus, run
 
     console = rep.make_console()
+    if executor == "ray" and replay is None:     # without Ray: say how to install it before any work
+        from emitter.executors import require_ray
+
+        require_ray()
     if replay is not None:
         if replay.is_dir():
             from emitter.profile.runner import outcome_from_logs
@@ -132,11 +142,18 @@ def profile_cmd(config: Path | None, out: Path | None, select: tuple[str, ...], 
         if missing:
             console.print(f"[yellow]{len(missing)} selected instances are not built and will be reported as "
                           f"failed[/yellow] (first: {missing[0]})")
-    gpu_list = resolve_gpus(cfg, gpus, backend)
+    pool = None
+    if executor == "ray":    # one Ray GPU actor per GPU, runner.run's shards and fault policy (profile/ray_runner.py)
+        from emitter.profile.ray_runner import GpuPool
+
+        pool = GpuPool.connect(cfg, gpus, address)
+        console.print(pool.describe())
+    gpu_list = pool.gpus if pool else resolve_gpus(cfg, gpus, backend)
     console.print(f"profiling {len(the_plan.instances)} kernels x {len(the_plan.problems)} problems on "
                   f"{len(gpu_list)} GPU{'s' if len(gpu_list) > 1 else ''} ({backend}); "
                   f"check={'on' if cfg.check else 'OFF'}, baselines={', '.join(cfg.baselines) or 'none'}")
-    outcome = run(cfg, the_plan, out_dir, gpu_list, backend=backend, stall_timeout_s=stall_timeout, resume=resume)
+    outcome = (pool.run if pool else run)(cfg, the_plan, out_dir, gpu_list, backend=backend,
+                                          stall_timeout_s=stall_timeout, resume=resume)
     for f in outcome.fatal:
         console.print(f"[red]{f}[/red]")
     if not outcome.measurements:

@@ -179,7 +179,8 @@ class _Shard:
 
 def run(config: ProfileConfig, the_plan: Plan, out_dir: Path, gpus: list[int], backend: str = "pycuda",
         faults: list[dict[str, Any]] | None = None, model: dict[str, Any] | None = None,
-        stall_timeout_s: float = 300.0, isolate: bool = True, resume: bool = False) -> RunOutcome:
+        stall_timeout_s: float = 300.0, isolate: bool = True, resume: bool = False,
+        spawn: Any = None) -> RunOutcome:
     """Measure the plan on `gpus` (one worker process per GPU shard, restarted after faults). With `resume`,
     the measurements already in <out>/work from an earlier run of the same config and plan are kept and
     not taken again (a long sweep done in several sittings, or one that was cut short)."""
@@ -216,8 +217,8 @@ def run(config: ProfileConfig, the_plan: Plan, out_dir: Path, gpus: list[int], b
             if backend != "fake":
                 env["CUDA_VISIBLE_DEVICES"] = str(s.gpu)
                 env.pop("CUDA_DEVICE", None)
-            s.proc = subprocess.Popen([sys.executable, "-m", "emitter.profile.worker", str(job_path)], env=env,
-                                      stdin=subprocess.DEVNULL)
+            s.proc = spawn(s, job_path) if spawn else subprocess.Popen(    # spawn: ray_runner.py's GPU actors
+                [sys.executable, "-m", "emitter.profile.worker", str(job_path)], env=env, stdin=subprocess.DEVNULL)
             s.last_progress = time.monotonic()
             s.attempt += 1
 
