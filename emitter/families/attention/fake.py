@@ -1,0 +1,173 @@
+"""The fake backend's attention: what a kernel computes, written independently of reference.py.
+
+No code is shared with the reference or with inputs.py's addressing: tensors are read through reshaped
+views of the flat storage (the reference side gathers with index arithmetic), dtypes are decoded and encoded
+here with bit operations (not emitter.runtime.hostdata), and the computation is a blocked online softmax in
+float32 over key tiles of the instance's tile_kv, with P rounded to the dtype before P.V, the way the kernels
+do it (the reference is a one-shot float64 softmax). A bug in one cannot cancel in the other.
+
+Faults (FAKE_FAULTS), the planted bugs verify must catch for the right reason:
+  wrong_scale          ignores the problem's scale, uses 1/sqrt(head_dim)
+  no_mask              skips the causal mask
+  key_tail_off_by_one  masks the key tail one key late (reads the row after the sequence's last key)
+  wrong_kv_head        query head h reads KV head h % heads_kv instead of h // (heads_q / heads_kv)
+  skip_lse             leaves the LSE unwritten
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import numpy as np
+
+FAKE_FAULTS = ("wrong_scale", "no_mask", "key_tail_off_by_one", "wrong_kv_head", "skip_lse")
+
+
+# ---------------------------------------------------------------------------------------- dtype codecs
+def _e4m3_values() -> np.ndarray:
+    out = np.zeros(256, dtype=np.float64)
+    for bits in range(256):
+        sign = -1.0 if bits & 0x80 else 1.0
+        e, m = (bits >> 3) & 0xF, bits & 0x7
+        if e == 0xF and m == 0x7:
+            out[bits] = np.nan
+        elif e == 0:
+            out[bits] = sign * (m / 8.0) * 2.0 ** -6
+        else:
+            out[bits] = sign * (1 + m / 8.0) * 2.0 ** (e - 7)
+    return out
+
+
+def _decode(storage: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype == "f16":
+        return storage.astype(np.float32)
+    if dtype == "bf16":
+        return (storage.astype(np.uint32) << np.uint32(16)).view(np.float32)
+    if dtype == "e4m3":
+        return _e4m3_values()[storage.astype(np.int64)].astype(np.float32)
+    raise ValueError(f"fake attention: no codec for {dtype}")
+
+
+def _encode(x: np.ndarray, dtype: str) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    if dtype == "f16":
+        return x.astype(np.float16)
+    if dtype == "bf16":
+        u = x.view(np.uint32).astype(np.uint64)
+        rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16          # round to nearest even
+        out = rounded.astype(np.uint16)
+        return np.where(np.isnan(x), np.uint16(0x7FC0), out)
+    if dtype == "e4m3":
+        table = _e4m3_values()
+        finite = np.where(np.isnan(table), np.inf, table)
+        idx = np.abs(x.astype(np.float64)[..., None] - finite).argmin(axis=-1)
+        return idx.astype(np.uint8)
+    raise ValueError(f"fake attention: no codec for {dtype}")
+
+
+def _round(x: np.ndarray, dtype: str) -> np.ndarray:
+    return _decode(_encode(x, dtype), dtype)
+
+
+# ---------------------------------------------------------------------------------------- views
+def _sequences(p, cu: np.ndarray | None, which: str) -> list[tuple[int, int]]:
+    """(start row, length) of each sequence along the seq axis of tensor `which` ('q' or 'k')."""
+    if cu is not None:
+        return [(int(cu[b]), int(cu[b + 1] - cu[b])) for b in range(p.batch)]
+    n = p.seq_q if which == "q" else p.seq_k
+    return [(0, n)] * p.batch
+
+
+def _view(flat: np.ndarray, p, heads: int, dim: int, rows: int) -> np.ndarray:
+    """[batch_entries, heads, rows, dim] view of a packed tensor (batch_entries = 1 when varlen)."""
+    nb = 1 if p.varlen else p.batch
+    if p.layout == "bshd":
+        return flat.reshape(nb, rows, heads, dim).transpose(0, 2, 1, 3)
+    return flat.reshape(nb, heads, rows, dim)
+
+
+def fake_run(inst, p, buffers: Mapping[str, Any], faults: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, np.ndarray]:
+    faults = dict(faults or {})
+    unknown = set(faults) - set(FAKE_FAULTS)
+    if unknown:
+        raise ValueError(f"unknown attention fake faults {sorted(unknown)}: use {', '.join(FAKE_FAULTS)}")
+    dt = inst.dtype.yaml
+    cu_q = buffers.get("cu_seqlens_q")
+    cu_k = buffers.get("cu_seqlens_k")
+    rows_q = int(cu_q[-1]) if cu_q is not None else p.seq_q
+    rows_k = int(cu_k[-1]) if cu_k is not None else p.seq_k
+    q_flat = _decode(np.asarray(buffers["q"]), dt)
+    k_flat = _decode(np.asarray(buffers["k"]), dt)
+    v_flat = _decode(np.asarray(buffers["v"]), dt)
+    Q = _view(q_flat, p, p.heads_q, p.head_dim, rows_q)
+    K = _view(k_flat, p, p.heads_kv, p.head_dim, rows_k)
+    V = _view(v_flat, p, p.heads_kv, p.head_dim_v, rows_k)
+    o_flat = np.array(buffers["o"], copy=True)
+    O = _view(o_flat, p, p.heads_q, p.head_dim_v, rows_q)     # a view: writes land in o_flat
+    lse_buf = buffers.get("lse")
+    lse_flat = None if lse_buf is None else np.array(lse_buf, copy=True)
+    if lse_flat is not None:
+        L = lse_flat.reshape(p.heads_q, rows_q) if p.varlen else lse_flat.reshape(p.batch, p.heads_q, p.seq_q)
+
+    scale = (1.0 / math.sqrt(p.head_dim)) if ("wrong_scale" in faults or p.scale == 0) else p.scale
+    group = p.heads_q // p.heads_kv
+    tile = inst.tile_kv
+    causal = inst.mask.value
+    seq_q = _sequences(p, cu_q, "q")
+    seq_k = _sequences(p, cu_k, "k")
+    for b in range(p.batch):
+        e = 0 if p.varlen else b
+        (q0, sq), (k0, sk) = seq_q[b], seq_k[b]
+        nkeys = sk + 1 if ("key_tail_off_by_one" in faults and sk % tile) else sk
+        for h in range(p.heads_q):
+            g = (h % p.heads_kv) if "wrong_kv_head" in faults else (h // group)
+            qh = Q[e, h, q0:q0 + sq].astype(np.float32)
+            kh = K[e, g]
+            vh = V[e, g]
+            if nkeys > sk:   # one row past the sequence: whatever memory holds there (zeros past the buffer)
+                kx = np.zeros((1, p.head_dim), np.float32)
+                vx = np.zeros((1, p.head_dim_v), np.float32)
+                if k0 + sk < kh.shape[0]:
+                    kx, vx = kh[k0 + sk:k0 + sk + 1], vh[k0 + sk:k0 + sk + 1]
+                kh = np.concatenate([kh[k0:k0 + sk], kx])
+                vh = np.concatenate([vh[k0:k0 + sk], vx])
+            else:
+                kh, vh = kh[k0:k0 + sk], vh[k0:k0 + sk]
+            m = np.full(sq, -np.inf, np.float32)
+            lsum = np.zeros(sq, np.float32)
+            acc = np.zeros((sq, p.head_dim_v), np.float32)
+            rows = np.arange(sq)[:, None]
+            for start in range(0, nkeys, tile):
+                cols = np.arange(start, min(start + tile, nkeys))[None, :]
+                s = (qh @ kh[start:start + tile].T).astype(np.float32) * np.float32(scale)
+                ok = np.ones(s.shape, bool)
+                if causal != "none" and "no_mask" not in faults:
+                    off = 0 if causal == "causal_top_left" else sk - sq
+                    ok &= cols <= rows + off
+                s = np.where(ok, s, -np.inf)
+                m_new = np.maximum(m, s.max(axis=1))
+                alive = np.isfinite(m_new)
+                base = np.where(alive, m_new, 0.0).astype(np.float32)
+                pr = np.where(ok, np.exp(s - base[:, None]), 0.0).astype(np.float32)
+                corr = np.where(np.isfinite(m), np.exp(m - base), 0.0).astype(np.float32)
+                lsum = lsum * corr + pr.sum(axis=1)
+                acc = acc * corr[:, None] + _round(pr, dt) @ vh[start:start + tile]
+                m = np.where(alive, m_new, m)
+            empty = lsum == 0
+            out = np.where(empty[:, None], 0.0, acc / np.where(empty, 1.0, lsum)[:, None])
+            O[e, h, q0:q0 + sq] = _encode(out, dt)
+            if lse_flat is not None and "skip_lse" not in faults:
+                with np.errstate(divide="ignore"):
+                    val = np.where(empty, -np.inf, m + np.log(np.where(empty, 1.0, lsum))).astype(np.float32)
+                if p.varlen:
+                    L[h, q0:q0 + sq] = val
+                else:
+                    L[b, h, :sq] = val
+    out = {"o": o_flat}
+    if lse_flat is not None:
+        out["lse"] = lse_flat
+    return out
+
+
+__all__ = ["FAKE_FAULTS", "fake_run"]

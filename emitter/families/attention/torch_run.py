@@ -1,0 +1,159 @@
+"""Run a built attention instance on torch tensors, and the float64 torch reference it is checked against.
+
+A small runner for the GPU tests of the sm90a kernels (tests/test_attention_sm90a_gpu.py) and the attention
+benchmark (benchmarks/attention_bench.py): the instance's cubin and host shim come from its build record
+(<root>/build/<name>/record.json), the shim fills the Params (TMA descriptors) for a problem made from the
+tensors' shapes and strides, and emitter/runtime/launcher.py launches the kernel with the Params by value on
+torch's current stream. torch owns the context (the primary context, current after any torch CUDA call).
+
+Tensors are logical [batch, seq, heads, dim] (q, o: heads_q; k, v: heads_kv), any strides with the head dim
+contiguous: a BHSD buffer is passed as its .transpose(1, 2) view. LSE is [batch, heads_q, seq_q] float32.
+The reference is written independently of the kernels: float64, explicit masks, KV heads repeated.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from emitter.families.attention.abi import AttentionShim, EmitterAttentionProblem
+from emitter.runtime.launcher import DriverKernel, PackedParams
+
+STATUS = {0: "ok", 1: "cannot implement", 2: "invalid argument", 3: "buffer too small", 4: "CUDA error",
+          5: "internal error"}
+
+
+class CannotRun(Exception):
+    """The shim refused the problem: `status` (EMITTER_*), `reason` (the shim's emitter_<name>_reason)."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(f"{STATUS.get(status, status)}: {reason}")
+        self.status = status
+        self.reason = reason
+
+
+def manifest_configs(root: str | Path) -> dict[str, dict[str, Any]]:
+    """name -> config of every attention instance in <root>/manifest.json."""
+    data = json.loads((Path(root) / "manifest.json").read_text())
+    return {e["name"]: e["config"] for e in data["instances"] if e.get("family") == "attention"}
+
+
+class AttentionKernel:
+    """One built attention instance: load once, run many problems."""
+
+    def __init__(self, root: str | Path, name: str) -> None:
+        root = Path(root)
+        record = json.loads((root / "build" / name / "record.json").read_text())
+        if record.get("status") not in ("ok", "cached"):
+            raise RuntimeError(f"{name} is not built: {record.get('status')} {record.get('error')}")
+        self.name = name
+        self.record = record
+        self.shim = AttentionShim(root / record["artifacts"]["host"], name)
+        self.kernel = DriverKernel(root / record["artifacts"]["cubin"], f"emitter_{name}_kernel")
+        reason = getattr(self.shim.lib, f"emitter_{name}_reason", None)
+        if reason is not None:
+            reason.restype = ctypes.c_char_p
+            reason.argtypes = []
+        self._reason = reason
+
+    def reason(self) -> str:
+        return (self._reason() or b"").decode() if self._reason is not None else ""
+
+    @staticmethod
+    def problem(q, k, v, o, lse=None, scale: float = 0.0) -> EmitterAttentionProblem:
+        b, sq, hq, d = q.shape
+        _, sk, hkv, dk = k.shape
+        p = EmitterAttentionProblem()
+        p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k = b, hq, hkv, sq, sk
+        p.head_dim, p.head_dim_v = d, v.shape[3]
+        p.scale = float(scale)
+        for field, t in (("stride_q", q), ("stride_k", k), ("stride_v", v), ("stride_o", o)):
+            if t.stride(3) != 1:
+                raise ValueError(f"{field[7:]}: the head dim must be contiguous")
+            arr = getattr(p, field)
+            arr[0], arr[1], arr[2] = t.stride(0), t.stride(1), t.stride(2)
+        p.q, p.k, p.v, p.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
+        if lse is not None:
+            if lse.stride(2) != 1:
+                raise ValueError("lse: the seq dim must be contiguous")
+            p.stride_lse[0], p.stride_lse[1] = lse.stride(0), lse.stride(1)
+            p.lse = lse.data_ptr()
+        return p
+
+    def prepare(self, q, k, v, o, lse=None, scale: float = 0.0, stream: int | None = None):
+        """Params for this problem (initialize once): returns launch(), which runs the kernel on `stream`
+        (default: torch's current stream) each time it is called."""
+        import torch
+
+        p = self.problem(q, k, v, o, lse, scale)
+        status, _ = self.shim.query(p)
+        if status != 0:
+            raise CannotRun(status, self.reason())
+        handle = torch.cuda.current_stream().cuda_stream if stream is None else stream
+        status, params, launch = self.shim.initialize(p, None, handle, 1 << 16)
+        if status != 0:
+            raise CannotRun(status, self.reason())
+        packed = PackedParams(params)
+        grid, block, shared = tuple(launch.grid), tuple(launch.block), int(launch.shared_bytes)
+        keep = (q, k, v, o, lse)
+
+        def run() -> None:
+            _ = keep
+            self.kernel.launch(grid, block, shared, handle, packed)
+        run.info = {"grid": grid, "block": block, "shared_bytes": shared, "params_bytes": len(params),
+                    "params_align": int(launch.params_align)}
+        return run
+
+    def __call__(self, q, k, v, o, lse=None, scale: float = 0.0) -> None:
+        self.prepare(q, k, v, o, lse, scale)()
+
+
+def reference(q, k, v, *, mask: str = "none", scale: float = 0.0):
+    """(O, LSE) in float64 on q's device: O [b, sq, hq, dv], LSE [b, hq, sq]; a query row that sees no key
+    has O = 0 and LSE = -inf. mask: none | causal_top_left | causal_bottom_right."""
+    import torch
+
+    b, sq, hq, d = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    group = hq // hkv
+    s = scale if scale else 1.0 / math.sqrt(d)
+    qd = q.double().permute(0, 2, 1, 3)                                  # b, hq, sq, d
+    kd = k.double().permute(0, 2, 1, 3).repeat_interleave(group, dim=1)  # b, hq, sk, d
+    vd = v.double().permute(0, 2, 1, 3).repeat_interleave(group, dim=1)
+    scores = torch.matmul(qd, kd.transpose(-1, -2)) * s
+    if mask != "none":
+        i = torch.arange(sq, device=q.device).view(sq, 1)
+        j = torch.arange(sk, device=q.device).view(1, sk)
+        shift = (sk - sq) if mask == "causal_bottom_right" else 0
+        scores = scores.masked_fill(j > i + shift, float("-inf"))
+    row_max = scores.amax(dim=-1, keepdim=True)
+    safe = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+    p = torch.exp(scores - safe)
+    total = p.sum(dim=-1, keepdim=True)
+    out = torch.matmul(p, vd) / torch.where(total > 0, total, torch.ones_like(total))
+    lse = torch.where(total > 0, torch.log(total) + safe, torch.full_like(total, float("-inf"))).squeeze(-1)
+    return out.permute(0, 2, 1, 3).contiguous(), lse
+
+
+def compare(got, want, *, tol: float) -> dict[str, Any]:
+    """Relative Frobenius error and the worst element; NaN or an unwritten (poisoned) element never passes."""
+    import torch
+
+    g = got.double()
+    finite_want = torch.isfinite(want)
+    nonfinite = int((~torch.isfinite(g) & finite_want).sum())
+    mismatch_inf = int((torch.isinf(want) & (g != want)).sum())
+    diff = torch.where(finite_want, g - want, torch.zeros_like(g))
+    diff = torch.nan_to_num(diff, nan=float("inf"))
+    denom = float(torch.linalg.vector_norm(torch.where(finite_want, want, torch.zeros_like(want)))) or 1.0
+    rel = float(torch.linalg.vector_norm(diff)) / denom
+    worst = int(torch.argmax(diff.abs()))
+    ok = nonfinite == 0 and mismatch_inf == 0 and rel <= tol
+    return {"passed": ok, "rel_err": rel, "tol": tol, "nonfinite": nonfinite, "inf_mismatch": mismatch_inf,
+            "max_abs_err": float(diff.abs().max()), "worst_index": worst}
+
+
+__all__ = ["AttentionKernel", "CannotRun", "reference", "compare", "manifest_configs"]
