@@ -8,7 +8,7 @@ SPECS   ?= configs/gemm/*.yaml
 DEMO_SPECS ?= configs/demo.yaml
 JOBS    ?=
 
-.PHONY: install demo demo-all emit build verify profile test test-fast test-gpu bench bench-gpu bench-gpu-explore perf-doc golden clean
+.PHONY: install demo demo-all emit build verify profile test test-fast test-gpu bench bench-gpu bench-gpu-explore bench-attention perf-doc golden clean
 
 install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -79,6 +79,9 @@ bench-gpu-explore:       # on the GPU machine: bench-gpu plus the candidates of 
 	  --specs configs/tuning/sm90a_candidates.yaml --specs configs/tuning/sm90a_explore.yaml \
 	  --repeats 3 --min-duration-ms 10 --warmup-ms 25 \
 	  --scheduler '{swizzle: [null, 4, 8], raster: [null, along_m, along_n], top: 3}'
+
+bench-attention:         # on the GPU machine: emit, build, verify and time the sm90a attention anchor set vs torch SDPA (issue 27)
+	python3 benchmarks/attention_bench.py --out results/attention -j 16 --doc docs/attention_performance.md
 
 perf-doc: install        # no GPU: docs/performance.md from the run records in docs/perf/runs (oldest first), then RUN=<run dir> if given
 	$(BIN)/python benchmarks/profile_sm90a.py $(foreach r,$(sort $(filter-out %.tuning.json,$(wildcard docs/perf/runs/*.json))) $(RUN),--report-only $(r)) --doc docs/performance.md
