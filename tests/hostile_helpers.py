@@ -69,7 +69,7 @@ with open(os.environ["FAKE_NVCC_LOG"], "a") as log:
 out = args[args.index("-o") + 1]
 src = args[-1]
 data = open(src, "rb").read()
-kind = b"cubin" if "-cubin" in args else b"host"
+kind = b"cubin" if "-DEMITTER_DEVICE" in args else b"host"
 with open(out, "wb") as f:
     f.write(kind + b":" + data)
 sys.exit(0)
