@@ -194,3 +194,26 @@ def test_one_sm90a_instance_builds_and_its_shim_checks_problems(tmp_path):
     ]:
         got, _ = shim.query(problem(**kw))
         assert got == status_want and words in reason_fn(), (kw, got, reason_fn())
+
+
+# ------------------------------------------------------------------------------------------------ benchmark
+def test_bench_cases_and_table():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("attention_bench", ROOT / "benchmarks" / "attention_bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    class A:
+        dtypes, head_dims, seqs = list(bench.DTYPES), list(bench.HEAD_DIMS), list(bench.SEQS)
+    cases = bench.case_list(A)
+    assert len(cases) == 36                                      # 2 dtypes x 3 head dims x 3 lengths x 2 masks
+    assert all(c["batch"] * c["seq"] == 16384 and c["heads"] * c["head_dim"] == 2048 for c in cases)
+    rows = [{"label": "a", "best": "k", "ms": {"k": 1.0, "cudnn": 1.2, "flash": 2.0, "efficient": 4.0},
+             "tflops": {"k": 600.0, "cudnn": 500.0, "flash": 300.0, "efficient": 150.0}},
+            {"label": "b", "best": "k", "ms": {"k": 2.0, "cudnn": 1.8, "flash": 4.0},
+             "tflops": {"k": 300.0, "cudnn": 333.0, "flash": 150.0}}]
+    md, summary = bench.table(rows, "test GPU")
+    assert abs(summary["cudnn"] - (1.2 * 0.9) ** 0.5) < 1e-9 and abs(summary["flash"] - 2.0) < 1e-9
+    assert summary["min_vs_cudnn"] == 0.9 and "| a | k | 600 | 500 | 300 | 150 | 1.20 | 2.00 | 4.00 |" in md
+    assert "| b | k | 300 | 333 | 150 | — |" in md
