@@ -1,0 +1,35 @@
+"""Convolution family (implicit GEMM): spec parsing (spec.py), instance model (model.py), naming, one module per
+CUTLASS generation -- sm80.py (2.x DefaultConv{2,3}d{Fprop,Dgrad,Wgrad}) and sm90a.py (3.x conv collective
+builder + ConvUniversal) -- and the run-time pieces (problem, inputs, reference, fake, flops, abi, runner, runtime)."""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from emitter.families.conv.model import Arch
+
+_MODULE_FOR_MAJOR = {2: "sm80", 3: "sm90a"}
+
+
+def arch_module(arch: Arch) -> ModuleType:
+    return importlib.import_module(f"emitter.families.conv.{_MODULE_FOR_MAJOR[arch.cutlass_major]}")
+
+
+def template_dir(arch: Arch) -> str:
+    return f"conv/{_MODULE_FOR_MAJOR[arch.cutlass_major]}"
+
+
+# ---- the emit-side family hooks (emitter.families.base) ----
+from emitter.families.conv.naming import instance_name  # noqa: E402
+from emitter.families.conv.spec import expand_entry  # noqa: E402
+
+
+def resolve(cand):  # -> ConvInstance | Rejection
+    return arch_module(cand.arch).resolve(cand)
+
+
+def render_instance(inst, name: str, banner: str) -> str:
+    from emitter.render import render_template
+    return render_template(f"{template_dir(inst.arch)}/instance.cu.j2", inst=inst, name=name,
+                           ctx=arch_module(inst.arch).template_context(inst), banner=banner)

@@ -1,0 +1,84 @@
+"""ctypes mirror of templates/conv/common/conv_abi.h (EMITTER_CONV_ABI_VERSION 1) and the conv host shim.
+
+tests/test_conv_abi.py compiles a C program printing the C struct's size and offsets and compares them here."""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+from emitter.runtime.shim import EmitterLaunch, ShimError
+
+CONV_ABI_VERSION = 1
+_I3 = ctypes.c_int * 3
+_L4 = ctypes.c_longlong * 4
+
+
+class EmitterConvProblem(ctypes.Structure):
+    _fields_ = [
+        ("n", ctypes.c_int), ("d", ctypes.c_int), ("h", ctypes.c_int), ("w", ctypes.c_int), ("c", ctypes.c_int),
+        ("k", ctypes.c_int), ("t", ctypes.c_int), ("r", ctypes.c_int), ("s", ctypes.c_int),
+        ("z", ctypes.c_int), ("p", ctypes.c_int), ("q", ctypes.c_int),
+        ("pad_front", _I3), ("pad_back", _I3), ("stride", _I3), ("dilation", _I3),
+        ("groups", ctypes.c_int), ("split_k_slices", ctypes.c_int), ("options", ctypes.c_int), ("reserved", ctypes.c_int),
+        ("stride_x", _L4), ("stride_w", _L4), ("stride_y", _L4),
+        ("ptr_x", ctypes.c_void_p), ("ptr_w", ctypes.c_void_p), ("ptr_y", ctypes.c_void_p),
+        ("ptr_source", ctypes.c_void_p), ("ptr_bias", ctypes.c_void_p),
+        ("alpha", ctypes.c_float), ("beta", ctypes.c_float),
+    ]
+
+
+def c_problem_from(problem, pointers: dict[str, int]) -> EmitterConvProblem:
+    """The shim's struct for a ConvProblem (problem.py) and device pointers by tensor name
+    (x, w, y, source, bias; missing or 0 = null)."""
+    p = problem
+    zpq = p.output_extents()
+    out = EmitterConvProblem(
+        n=p.n, d=p.d, h=p.h, w=p.w, c=p.c, k=p.k, t=p.t, r=p.r, s=p.s, z=zpq[0], p=zpq[1], q=zpq[2],
+        pad_front=_I3(*p.pad_front), pad_back=_I3(*p.pad_back), stride=_I3(*p.stride), dilation=_I3(*p.dilation),
+        groups=1, split_k_slices=p.split_k, options=0, reserved=0,
+        stride_x=_L4(0, 0, 0, 0), stride_w=_L4(0, 0, 0, 0), stride_y=_L4(0, 0, 0, 0),
+        alpha=p.alpha, beta=p.beta)
+    for name in ("x", "w", "y", "source", "bias"):
+        setattr(out, f"ptr_{name}", pointers.get(name) or None)
+    return out
+
+
+class ConvShim:
+    """One conv instance's host shared library: emitter_<name>_query / _initialize / _name / _conv_abi."""
+
+    def __init__(self, path: str | Path, name: str) -> None:
+        self.path = Path(path)
+        self.name = name
+        try:
+            self.lib = ctypes.CDLL(str(self.path))
+        except OSError as e:
+            raise ShimError(f"cannot load host shim {self.path}: {e}") from None
+        try:
+            self._query = getattr(self.lib, f"emitter_{name}_query")
+            self._initialize = getattr(self.lib, f"emitter_{name}_initialize")
+            self._abi = getattr(self.lib, f"emitter_{name}_conv_abi")
+        except AttributeError as e:
+            raise ShimError(f"host shim {self.path} lacks a conv ABI symbol: {e}") from None
+        P, L = ctypes.POINTER(EmitterConvProblem), ctypes.POINTER(EmitterLaunch)
+        self._query.argtypes = [P, L]
+        self._query.restype = ctypes.c_int
+        self._initialize.argtypes = [P, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, L]
+        self._initialize.restype = ctypes.c_int
+        self._abi.restype = ctypes.c_int
+        version = int(self._abi())
+        if version != CONV_ABI_VERSION:
+            raise ShimError(f"{self.path}: conv ABI version {version}, this emitter speaks {CONV_ABI_VERSION}: rebuild")
+
+    def query(self, problem: EmitterConvProblem) -> tuple[int, EmitterLaunch]:
+        out = EmitterLaunch()
+        return int(self._query(ctypes.byref(problem), ctypes.byref(out))), out
+
+    def initialize(self, problem: EmitterConvProblem, workspace: int | None, stream: int | None,
+                   capacity: int) -> tuple[int, bytes, EmitterLaunch]:
+        out = EmitterLaunch()
+        buf = ctypes.create_string_buffer(max(int(capacity), 1))
+        status = int(self._initialize(ctypes.byref(problem), ctypes.c_void_p(workspace or None),
+                                      ctypes.c_void_p(stream or None), buf, int(capacity), ctypes.byref(out)))
+        n = int(out.params_bytes) if status == 0 else 0
+        return status, buf.raw[:n], out

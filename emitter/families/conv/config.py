@@ -1,0 +1,84 @@
+"""ConvConfig: what running and checking one conv instance needs, read from its manifest entry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping
+
+from emitter.dtypes import DType
+from emitter.errors import EmitterError
+
+
+class ConvManifestError(EmitterError):
+    exit_code = 2
+
+
+_OPS = ("fprop", "dgrad", "wgrad")
+
+
+@dataclass(frozen=True)
+class ConvConfig:
+    FAMILY: ClassVar[str] = "conv"
+
+    name: str
+    arch: str
+    op: str
+    dims: int
+    a: DType
+    c: DType
+    accumulator: DType
+    alignment_a: int
+    alignment_b: int
+    alignment_c: int
+    tile: tuple[int, int, int]
+    iterator: str = "optimized"
+    stride_support: str = "strided"
+    split_k: str = "none"
+    activation: str = "identity"
+    bias: bool = False
+    clamp_min: float = 0.0
+    clamp_max: float = 6.0
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @staticmethod
+    def from_entry(entry: Mapping[str, Any], root: Any = None) -> "ConvConfig":
+        name = str(entry.get("name", "?")) if isinstance(entry, Mapping) else "?"
+        cfg = entry.get("config") if isinstance(entry, Mapping) else None
+        if not isinstance(cfg, Mapping):
+            raise ConvManifestError(f"instance {name}: manifest entry has no config mapping")
+
+        def get(key: str, kind: type, allowed: tuple = ()) -> Any:
+            v = cfg.get(key)
+            if not isinstance(v, kind) or isinstance(v, bool) and kind is not bool or (allowed and v not in allowed):
+                raise ConvManifestError(f"instance {name}: config key {key!r} = {v!r} is not valid"
+                                        + (f" (allowed: {', '.join(map(str, allowed))})" if allowed else ""))
+            return v
+
+        def dtype(key: str) -> DType:
+            try:
+                return DType.parse(get(key, str))
+            except KeyError:
+                raise ConvManifestError(f"instance {name}: config key {key!r} = {cfg.get(key)!r} is no data type") from None
+
+        ep = cfg.get("epilogue") if isinstance(cfg.get("epilogue"), Mapping) else {}
+        tile = get("tile", list)
+        if len(tile) != 3 or not all(isinstance(v, int) and v > 0 for v in tile):
+            raise ConvManifestError(f"instance {name}: config key 'tile' = {tile!r} is not three positive integers")
+        return ConvConfig(
+            name=name, arch=get("arch", str), op=get("op", str, _OPS), dims=get("dims", int, (2, 3)),
+            a=dtype("a"), c=dtype("c"), accumulator=dtype("accumulator"),
+            alignment_a=get("alignment_a", int), alignment_b=get("alignment_b", int),
+            alignment_c=get("alignment_c", int), tile=tuple(tile),
+            iterator=str(cfg.get("iterator", "optimized")), stride_support=str(cfg.get("stride_support", "strided")),
+            split_k=str(cfg.get("split_k", "none")), activation=str(ep.get("activation", "identity")),
+            bias=bool(ep.get("bias", False)), clamp_min=float(ep.get("clamp_min", 0.0)),
+            clamp_max=float(ep.get("clamp_max", 6.0)), raw=dict(cfg))
+
+    @property
+    def cfg(self) -> dict[str, Any]:
+        """The plain mapping problem.py / reference.py read."""
+        return {"op": self.op, "arch": self.arch, "dims": self.dims, "alignment_a": self.alignment_a,
+                "alignment_b": self.alignment_b, "alignment_c": self.alignment_c, "iterator": self.iterator,
+                "stride_support": self.stride_support, "split_k": self.split_k,
+                "epilogue": {"activation": self.activation, "bias": self.bias, "clamp_min": self.clamp_min,
+                             "clamp_max": self.clamp_max}}

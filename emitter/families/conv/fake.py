@@ -1,0 +1,82 @@
+"""The fake backend's convolution: computes a conv instance's output from the storage buffers without a GPU,
+written independently of reference.py (no shared arithmetic or layout code: this one builds an explicit im2col
+matrix by index arithmetic per output element and multiplies matrices, the reference slides windows), so a bug in
+one cannot cancel in the other. Planted faults (FAKE_FAULTS) imitate kernel bugs verification must catch."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+FAKE_FAULTS = ("conv_wrong_padding", "conv_swapped_filter_axes", "conv_stride_ignored", "conv_row_short")
+
+
+def _geometry(p: Any, faults: Mapping[str, Any]) -> dict[str, Any]:
+    g = {"pf": list(p.pad_front), "st": list(p.stride), "dl": list(p.dilation)}
+    if "conv_wrong_padding" in faults:          # off by one: the window starts one row/column late
+        g["pf"] = [g["pf"][0], g["pf"][1] - 1, g["pf"][2] - 1]
+    if "conv_stride_ignored" in faults:
+        g["st"] = [1, 1, 1]
+    return g
+
+
+def _im2col(x5: np.ndarray, p: Any, g: dict[str, Any], outs: tuple[int, int, int]) -> np.ndarray:
+    """rows: (n, z, p, q); columns: (t, r, s, c); zero where the tap falls in the padding."""
+    N, D, H, W, C = x5.shape
+    Z, P, Q = outs
+    rows = N * Z * P * Q
+    cols = np.zeros((rows, p.t * p.r * p.s * C))
+    n_i, z_i, p_i, q_i = np.meshgrid(np.arange(N), np.arange(Z), np.arange(P), np.arange(Q), indexing="ij")
+    n_i, z_i, p_i, q_i = (a.reshape(-1) for a in (n_i, z_i, p_i, q_i))
+    col = 0
+    for tt in range(p.t):
+        for rr in range(p.r):
+            for ss in range(p.s):
+                di = z_i * g["st"][0] - g["pf"][0] + tt * g["dl"][0]
+                hi = p_i * g["st"][1] - g["pf"][1] + rr * g["dl"][1]
+                wi = q_i * g["st"][2] - g["pf"][2] + ss * g["dl"][2]
+                ok = (di >= 0) & (di < D) & (hi >= 0) & (hi < H) & (wi >= 0) & (wi < W)
+                vals = np.zeros((rows, C))
+                vals[ok] = x5[n_i[ok], di[ok], hi[ok], wi[ok], :]
+                cols[:, col:col + C] = vals
+                col += C
+    return cols
+
+
+def fake_conv(op: str, p: Any, x: np.ndarray, w: np.ndarray, y: np.ndarray, faults: Mapping[str, Any] = {}) -> np.ndarray:
+    """float64 raw convolution of op on 5-D arrays, with planted faults."""
+    g = _geometry(p, faults)
+    outs = p.output_extents()
+    wf = w.transpose(0, 1, 3, 2, 4) if ("conv_swapped_filter_axes" in faults and w.shape[2] == w.shape[3]) else w
+    wmat = wf.reshape(wf.shape[0], -1)                                   # K x (T R S C)
+    if op == "fprop":
+        out = (_im2col(x, p, g, outs) @ wmat.T).reshape(p.shape("y"))
+    elif op == "wgrad":
+        ymat = y.reshape(-1, y.shape[-1])                                 # (N Z P Q) x K
+        out = (ymat.T @ _im2col(x, p, g, outs)).reshape(p.shape("w"))
+    else:
+        # dgrad is the adjoint of fprop's im2col: scatter dy @ w back through the same index map
+        ymat = y.reshape(-1, y.shape[-1])
+        colgrad = ymat @ wmat                                             # (N Z P Q) x (T R S C)
+        out = np.zeros(p.shape("x"))
+        N, D, H, W, C = out.shape
+        Z, P, Q = outs
+        n_i, z_i, p_i, q_i = (a.reshape(-1) for a in np.meshgrid(np.arange(N), np.arange(Z), np.arange(P),
+                                                                  np.arange(Q), indexing="ij"))
+        col = 0
+        for tt in range(p.t):
+            for rr in range(p.r):
+                for ss in range(p.s):
+                    di = z_i * g["st"][0] - g["pf"][0] + tt * g["dl"][0]
+                    hi = p_i * g["st"][1] - g["pf"][1] + rr * g["dl"][1]
+                    wi = q_i * g["st"][2] - g["pf"][2] + ss * g["dl"][2]
+                    ok = (di >= 0) & (di < D) & (hi >= 0) & (hi < H) & (wi >= 0) & (wi < W)
+                    np.add.at(out, (n_i[ok], di[ok], hi[ok], wi[ok]), colgrad[ok, col:col + C])
+                    col += C
+    return out
+
+
+def row_short_mask(op: str, shape: tuple[int, ...]) -> tuple[slice, ...]:
+    """The part of the output a kernel that stops one output row short never writes."""
+    return (slice(None), slice(None), slice(shape[2] - 1, None)) if op != "wgrad" else (slice(shape[0] - 1, None),)

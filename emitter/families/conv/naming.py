@@ -1,0 +1,46 @@
+"""One deterministic, readable name per resolved conv instance: file name, C symbol, manifest key.
+
+conv<dims>d_<op>_<arch>_<a>_<c>_acc<acc>[_ep<compute>]_<layout>_<tile>_<w..|c..>[_i<instr>]_s<stages>
+    [_<iterator>_<stride>_swz<N>] _al<a>x<b>x<c> _<activation>[_bias] [_splitk<serial|parallel>]
+Every configuration field appears (or is at its stated default), so different configs get different names.
+"""
+
+from __future__ import annotations
+
+from emitter.families.conv.model import Activation, ConvInstance, SplitK
+
+_ITER = {"analytic": "analytic", "optimized": "opt", "few_channels": "fewch", "fixed_channels": "fixch"}
+
+
+def _float_token(v: float) -> str:
+    return f"{v:g}".replace("-", "m").replace(".", "p").replace("+", "")
+
+
+def instance_name(inst: ConvInstance) -> str:
+    parts = [f"conv{inst.dims}d", inst.op.value, inst.arch.yaml, str(inst.a), str(inst.c), f"acc{inst.accumulator}"]
+    if inst.epilogue_compute != inst.accumulator:
+        parts.append(f"ep{inst.epilogue_compute}")
+    parts.append(inst.layout.value)
+    parts.append(str(inst.tile))
+    if inst.warp is not None:
+        parts.append(f"w{inst.warp}")
+    if inst.cluster is not None:
+        parts.append(f"c{inst.cluster}")
+    if inst.instruction is not None:
+        parts.append(f"i{inst.instruction}")
+    parts.append(f"s{inst.stages}" if inst.stages else "sauto")
+    if inst.arch.cutlass_major == 2:
+        parts += [_ITER[inst.iterator.value], inst.stride_support.value, f"swz{inst.swizzle}"]
+    else:
+        parts.append(inst.stride_support.value)
+    parts.append(f"al{inst.alignment_a}x{inst.alignment_b}x{inst.alignment_c}")
+    ep = inst.epilogue
+    act = ep.activation.value
+    if ep.activation is Activation.clamp:
+        act += f"{_float_token(ep.clamp_min)}to{_float_token(ep.clamp_max)}"
+    parts.append(act)
+    if ep.bias:
+        parts.append("bias")
+    if inst.split_k is not SplitK.none:
+        parts.append(f"splitk{inst.split_k.value}")
+    return "_".join(parts).lower()

@@ -1,0 +1,283 @@
+"""One convolution launch (its forward geometry) and what an instance can run.
+
+ConvProblem is always written in forward terms: x N x D x H x W x C, w K x T x R x S x C, y N x Z x P x Q x K with
+Z/P/Q = (D/H/W + pad_front + pad_back - dilation * (T/R/S - 1) - 1) // stride + 1. The instance's op decides which
+tensor is written (fprop y, dgrad x, wgrad w). 2D problems have d = t = 1 and depth pad/stride/dilation 0/1/1.
+
+Text form (parse_problem): `n=128,h=56,w=56,c=64,k=64,r=3,s=3,pad=1,stride=1` plus optional d, t, dilation,
+pad_h, pad_w, pad_d, pad_top, pad_bottom, pad_left, pad_right, pad_front_d, pad_back_d, stride_h, stride_w,
+stride_d, dilation_h, dilation_w, dilation_d, alpha, beta, split_k, bias (0/1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any, ClassVar, Mapping
+
+from emitter.errors import SpecError
+
+PROBLEM_KEYS = (
+    "n", "d", "h", "w", "c", "k", "t", "r", "s", "pad", "pad_d", "pad_h", "pad_w", "pad_top", "pad_bottom",
+    "pad_left", "pad_right", "pad_front_d", "pad_back_d", "stride", "stride_d", "stride_h", "stride_w",
+    "dilation", "dilation_d", "dilation_h", "dilation_w", "alpha", "beta", "split_k", "bias", "data", "label",
+)
+MAX_EXTENT = 1 << 20
+
+
+@dataclass(frozen=True)
+class ConvProblem:
+    FAMILY: ClassVar[str] = "conv"
+
+    n: int
+    h: int
+    w: int
+    c: int
+    k: int
+    r: int = 1
+    s: int = 1
+    d: int = 1
+    t: int = 1
+    pad_front: tuple[int, int, int] = (0, 0, 0)   # depth, height (top), width (left)
+    pad_back: tuple[int, int, int] = (0, 0, 0)    # depth, height (bottom), width (right)
+    stride: tuple[int, int, int] = (1, 1, 1)
+    dilation: tuple[int, int, int] = (1, 1, 1)
+    alpha: float = 1.0
+    beta: float = 0.0
+    split_k: int = 1
+    bias: bool = False
+
+    # ---- geometry
+    def output_extents(self) -> tuple[int, int, int]:
+        out = []
+        for ext, flt, i in ((self.d, self.t, 0), (self.h, self.r, 1), (self.w, self.s, 2)):
+            span = ext + self.pad_front[i] + self.pad_back[i] - self.dilation[i] * (flt - 1) - 1
+            out.append(span // self.stride[i] + 1 if span >= 0 else 0)
+        return out[0], out[1], out[2]
+
+    @property
+    def dims(self) -> int:
+        flat = (self.d == 1 and self.t == 1 and self.pad_front[0] == 0 and self.pad_back[0] == 0
+                and self.stride[0] == 1 and self.dilation[0] == 1)
+        return 2 if flat else 3
+
+    def shape(self, tensor: str) -> tuple[int, int, int, int, int]:
+        z, p, q = self.output_extents()
+        return {"x": (self.n, self.d, self.h, self.w, self.c), "w": (self.k, self.t, self.r, self.s, self.c),
+                "y": (self.n, z, p, q, self.k)}[tensor]
+
+    def gemm(self, op: str) -> tuple[int, int, int]:
+        """(M, N, K) of the implicit GEMM of operation op."""
+        z, p, q = self.output_extents()
+        trs = self.t * self.r * self.s
+        if op == "fprop":
+            return self.n * z * p * q, self.k, trs * self.c
+        if op == "dgrad":
+            return self.n * self.d * self.h * self.w, self.c, trs * self.k
+        return self.k, trs * self.c, self.n * z * p * q
+
+    def problem_errors(self) -> list[str]:
+        """Why these numbers are no convolution at all (independent of any kernel)."""
+        errs = []
+        for name in ("n", "d", "h", "w", "c", "k", "t", "r", "s"):
+            v = getattr(self, name)
+            if not 1 <= v <= MAX_EXTENT:
+                errs.append(f"{name}={v} must be in 1..{MAX_EXTENT}")
+        for i, axis in enumerate("dhw"):
+            if self.pad_front[i] < 0 or self.pad_back[i] < 0:
+                errs.append(f"padding along {axis} must be >= 0")
+            if self.stride[i] < 1 or self.dilation[i] < 1:
+                errs.append(f"stride and dilation along {axis} must be >= 1")
+        if not errs and min(self.output_extents()) < 1:
+            errs.append(f"the filter (t, r, s = {self.t}, {self.r}, {self.s}, dilation {list(self.dilation)}) is larger "
+                        f"than the padded input: no output")
+        if self.split_k < 1:
+            errs.append("split_k must be >= 1")
+        return errs
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for key in ("pad_front", "pad_back", "stride", "dilation"):
+            d[key] = list(d[key])
+        return d
+
+    @staticmethod
+    def from_dict(d: Mapping[str, Any]) -> "ConvProblem":
+        from dataclasses import fields
+        names = {f.name for f in fields(ConvProblem)}
+        kw = {k: v for k, v in d.items() if k in names}      # labels, data kinds: not part of the problem
+        for key in ("pad_front", "pad_back", "stride", "dilation"):
+            if key in kw:
+                kw[key] = tuple(int(v) for v in kw[key])
+        return ConvProblem(**kw)
+
+    def label(self, data: str = "normal") -> str:
+        z, p, q = self.output_extents()
+        geo = f"n{self.n}_" + (f"d{self.d}_" if self.dims == 3 else "") + f"h{self.h}_w{self.w}_c{self.c}_k{self.k}_"
+        geo += (f"t{self.t}" if self.dims == 3 else "") + f"r{self.r}s{self.s}"
+        pads = "pad" + "x".join(map(str, self.pad_front)) + "_" + "x".join(map(str, self.pad_back))
+        geo += f"_{pads}_str{'x'.join(map(str, self.stride))}_dil{'x'.join(map(str, self.dilation))}"
+        geo += f"_a{self.alpha:g}_b{self.beta:g}" + (f"_splitk{self.split_k}" if self.split_k > 1 else "")
+        geo += "_bias" if self.bias else ""
+        return (geo + f"_{data}").replace("-", "m")
+
+
+def _symmetric(v: int) -> tuple[int, int, int]:
+    return (0, v, v)
+
+
+def problem_from_mapping(item: Mapping[str, Any], where: str = "<problem>", line: int | None = None,
+                         key_path: str = "") -> ConvProblem:
+    """A checked ConvProblem from a mapping of PROBLEM_KEYS (SpecError names the key)."""
+    def err(key: str, msg: str, value: Any = None, allowed: Any = None, fix: str | None = None) -> SpecError:
+        return SpecError(msg, file=where, line=line, key_path=f"{key_path}.{key}" if key_path else key, value=value,
+                         allowed=allowed, fix=fix)
+
+    for key in item:
+        if key not in PROBLEM_KEYS:
+            raise err(key, f"unknown conv problem key '{key}'", value=key, allowed=list(PROBLEM_KEYS))
+
+    def num(key: str, default: Any, kind: type = int, lo: float = 0) -> Any:
+        v = item.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (kind is int and not isinstance(v, int)):
+            raise err(key, f"{key} must be {'an integer' if kind is int else 'a number'}", value=v)
+        if v != v or v in (float("inf"), float("-inf")) or v < lo:
+            raise err(key, f"{key}={v} is out of range", value=v, allowed=f">= {lo}")
+        return kind(v)
+
+    for key in ("n", "h", "w", "c", "k"):
+        if key not in item:
+            raise err(key, f"missing conv problem key '{key}'", allowed=list(PROBLEM_KEYS),
+                      fix="e.g. n=128,h=56,w=56,c=64,k=64,r=3,s=3,pad=1,stride=1")
+    pad = num("pad", 0)
+    pf = [num("pad_d", 0), num("pad_h", pad), num("pad_w", pad)]
+    pb = list(pf)
+    pf[0] = num("pad_front_d", pf[0]); pb[0] = num("pad_back_d", pb[0])
+    pf[1] = num("pad_top", pf[1]); pb[1] = num("pad_bottom", pb[1])
+    pf[2] = num("pad_left", pf[2]); pb[2] = num("pad_right", pb[2])
+    st = num("stride", 1, lo=1)
+    dl = num("dilation", 1, lo=1)
+    stride = (num("stride_d", 1, lo=1), num("stride_h", st, lo=1), num("stride_w", st, lo=1))
+    dilation = (num("dilation_d", 1, lo=1), num("dilation_h", dl, lo=1), num("dilation_w", dl, lo=1))
+    bias = item.get("bias", False)
+    if bias not in (0, 1, True, False):
+        raise err("bias", "bias must be 0/1 or true/false", value=bias)
+    p = ConvProblem(n=num("n", 1, lo=1), h=num("h", 1, lo=1), w=num("w", 1, lo=1), c=num("c", 1, lo=1),
+                    k=num("k", 1, lo=1), r=num("r", 1, lo=1), s=num("s", 1, lo=1), d=num("d", 1, lo=1),
+                    t=num("t", 1, lo=1), pad_front=tuple(pf), pad_back=tuple(pb), stride=stride, dilation=dilation,
+                    alpha=num("alpha", 1.0, float, lo=float("-inf")), beta=num("beta", 0.0, float, lo=float("-inf")),
+                    split_k=num("split_k", 1, lo=1), bias=bool(bias))
+    errs = p.problem_errors()
+    if errs:
+        raise err("", "not a convolution: " + "; ".join(errs), value=dict(item))
+    return p
+
+
+def parse_problem(text: str, where: str = "<command line>") -> list[dict[str, Any]]:
+    """`n=128,h=56,w=56,c=64,k=64,r=3,s=3,pad=1,stride=1` -> [mapping] (checked by problem_from_mapping)."""
+    if not isinstance(text, str) or "=" not in text:
+        raise SpecError("a conv problem is key=value pairs separated by commas", file=where, value=text,
+                        fix="e.g. n=128,h=56,w=56,c=64,k=64,r=3,s=3,pad=1,stride=1")
+    out: dict[str, Any] = {}
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        key, sep, value = part.partition("=")
+        key = key.strip().lower()
+        if not sep or key not in PROBLEM_KEYS:
+            raise SpecError(f"unknown or malformed conv problem term '{part}'", file=where, value=part,
+                            allowed=list(PROBLEM_KEYS))
+        if key in out:
+            raise SpecError(f"conv problem key '{key}' given twice", file=where, value=text)
+        value = value.strip()
+        try:
+            out[key] = float(value) if key in ("alpha", "beta") else (value if key in ("data", "label") else int(value))
+        except ValueError:
+            raise SpecError(f"conv problem key '{key}' needs a number", file=where, key_path=key, value=value) from None
+    problem_from_mapping(out, where)
+    return [out]
+
+
+def not_supported_reasons(cfg: Mapping[str, Any], p: ConvProblem) -> list[str]:
+    """Why the instance with manifest config `cfg` cannot run problem p ([] when it can): the same rules its host
+    shim and CUTLASS's can_implement apply, said in words before anything is launched."""
+    reasons = list(p.problem_errors())
+    if reasons:
+        return reasons
+    op, arch, dims = cfg["op"], cfg["arch"], int(cfg.get("dims", 2))
+    al_a, al_b, al_c = int(cfg["alignment_a"]), int(cfg["alignment_b"]), int(cfg["alignment_c"])
+    a_tensor, b_tensor = {"fprop": ("x", "w"), "dgrad": ("y", "w"), "wgrad": ("y", "x")}[op]
+    out = {"fprop": "y", "dgrad": "x", "wgrad": "w"}[op]
+    chan = {"x": p.c, "w": p.c, "y": p.k}
+    if dims == 2 and p.dims == 3:
+        reasons.append("a 2D instance cannot run a problem with depth (d, t, depth padding/stride/dilation)")
+    for tensor, al, role in ((a_tensor, al_a, "A"), (b_tensor, al_b, "B"), (out, al_c, "C/D")):
+        if chan[tensor] % al:
+            reasons.append(f"{'C' if tensor != 'y' else 'K'}={chan[tensor]} is not a multiple of operand {role}'s "
+                           f"alignment {al} ({tensor} rows are read {al} elements at a time)")
+    if p.split_k > 1 and cfg.get("split_k", "none") != "serial":
+        reasons.append(f"split_k={p.split_k}: this is not a split-K instance")
+    if p.bias and not cfg.get("epilogue", {}).get("bias", False):
+        reasons.append("the problem has a bias, this instance has no bias epilogue")
+    if not p.bias and cfg.get("epilogue", {}).get("bias", False):
+        reasons.append("this instance adds a bias: give the problem bias=1")
+    it = cfg.get("iterator", "optimized")
+    if arch == "sm90a":
+        limit = 256 if dims == 2 else 16
+        if max(p.pad_front + p.pad_back) > limit:
+            reasons.append(f"padding above {limit} (im2col TMA limit in {dims}D)")
+        corner = 1 << (16 // dims - 1)
+        if max(p.pad_front) > corner:
+            reasons.append(f"padding above {corner}: the im2col TMA corner offset is a signed {16 // dims}-bit value")
+        offset = (1 << (16 // dims)) - 1
+        for i, f in enumerate((p.t, p.r, p.s)):
+            if (f - 1) * p.dilation[i] >= offset:
+                reasons.append(f"dilated filter extent {(f - 1) * p.dilation[i] + 1} too large for the im2col TMA offsets")
+    else:
+        if cfg.get("stride_support") == "unity" and max(p.stride) > 1:
+            reasons.append(f"stride {list(p.stride)}: this is a unity-stride instance (stride_support: unity)")
+        if it == "fixed_channels" and p.c != al_a:
+            reasons.append(f"iterator fixed_channels needs C == alignment a = {al_a} (C = {p.c})")
+        if op == "dgrad" and max(p.stride) > 1 and cfg.get("stride_support") == "strided" and max(p.dilation) > 1:
+            reasons.append("strided dgrad with dilation > 1 is not supported by CUTLASS 2.x")
+        if p.split_k > 1 and op == "dgrad" and max(p.stride) > 1:
+            reasons.append("split-K strided dgrad is not supported")
+    return reasons
+
+
+def default_problems(cfg: Mapping[str, Any], quick: bool = False) -> list[tuple[ConvProblem, str]]:
+    """Odd sizes (C, K not tile multiples, stride 2, dilation 2, 1x1, 7x7, asymmetric padding), beta 0 and != 0;
+    the cases the instance cannot run are left out (their reason is what not_supported_reasons says)."""
+    al = max(int(cfg["alignment_a"]), int(cfg["alignment_b"]), int(cfg["alignment_c"]))
+    it = cfg.get("iterator", "optimized")
+    c_odd = al * 5                                                                          # e.g. 40 = 5 * 8
+    if it == "fixed_channels":
+        c_odd = int(cfg["alignment_a"])                  # C == the access width (a first layer padded to 4 / 8)
+    elif it == "few_channels":
+        c_odd = 3 * int(cfg["alignment_a"])              # C = 3 at alignment 1 (f32/tf32), 6 at 2, ...
+    k_odd = max(int(cfg["alignment_c"]), 8) * 9                                            # e.g. 72
+    dims = int(cfg.get("dims", 2))
+    base: list[ConvProblem] = [
+        ConvProblem(n=2, h=9, w=11, c=c_odd, k=k_odd, r=3, s=3, pad_front=(0, 1, 1), pad_back=(0, 1, 1)),
+        ConvProblem(n=3, h=13, w=10, c=c_odd, k=k_odd, r=3, s=3, pad_front=(0, 1, 1), pad_back=(0, 1, 1),
+                    stride=(1, 2, 2), beta=0.5, alpha=1.5),
+        ConvProblem(n=2, h=12, w=12, c=c_odd, k=k_odd, r=3, s=3, pad_front=(0, 2, 2), pad_back=(0, 2, 2),
+                    dilation=(1, 2, 2)),
+        ConvProblem(n=4, h=7, w=9, c=c_odd if it in ("fixed_channels",) else c_odd * 2, k=k_odd, r=1, s=1),
+        ConvProblem(n=2, h=23, w=21, c=c_odd, k=k_odd, r=7, s=7, pad_front=(0, 3, 3), pad_back=(0, 3, 3),
+                    stride=(1, 2, 2), beta=-1.0),
+        ConvProblem(n=2, h=10, w=9, c=c_odd, k=k_odd, r=3, s=3, pad_front=(0, 1, 2), pad_back=(0, 0, 1), beta=1.0),
+    ]
+    if not quick:
+        base.append(ConvProblem(n=8, h=28, w=28, c=al * 16, k=al * 16, r=3, s=3, pad_front=(0, 1, 1),
+                                pad_back=(0, 1, 1), beta=0.25))
+    if dims == 3:
+        base = [replace(p, d=5, t=3, pad_front=(1,) + p.pad_front[1:], pad_back=(1,) + p.pad_back[1:])
+                for p in base if p.r == 3 and p.dilation == (1, 1, 1)][:3]
+    if cfg.get("split_k") == "serial":
+        base = [replace(p, split_k=3) for p in base]
+    if cfg.get("epilogue", {}).get("bias"):
+        base = [replace(p, bias=True) for p in base]
+    out = [(p, "normal") for p in base if not not_supported_reasons(cfg, p)]
+    out += [(p, "int") for p, _ in out[:2]]
+    return out

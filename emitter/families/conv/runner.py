@@ -1,0 +1,305 @@
+"""A family-local GPU path for conv instances: load the cubin + host shim a build wrote, run problems on torch
+CUDA tensors, poison the output, compare with a float64 reference, print PASS/FAIL per case.
+
+    python3 -m emitter.families.conv.runner <manifest dir> [--select GLOB] [--quick] [--planted] [--json out.json]
+
+torch owns the CUDA context (its primary context) and the memory; the cubin is loaded into that same current
+context with emitter.runtime.launcher (cuLaunchKernel's kernelParams array keeps the 128-byte alignment of sm90
+conv Params) and the host shim's runtime calls use it too, as emitter/profile/baselines.py shares buffers with
+torch. Planted bugs (--planted) check that verification catches what a broken kernel would do: wrong padding,
+swapped filter axes, stride ignored, one output row short -- each must FAIL, and for its own reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from emitter.dtypes import DType
+from emitter.families.conv import runtime as hooks
+from emitter.families.conv.abi import ConvShim, c_problem_from
+from emitter.families.conv.config import ConvConfig
+from emitter.families.conv.problem import ConvProblem
+from emitter.fsutil import resolve_inside
+from emitter.runtime import hostdata
+from emitter.runtime.launcher import DriverKernel, PackedParams
+from emitter.runtime.shim import EMITTER_BUFFER_TOO_SMALL, EMITTER_CANNOT_IMPLEMENT, EMITTER_OK, status_name
+
+
+class CannotRun(Exception):
+    """The shim answered EMITTER_CANNOT_IMPLEMENT (or the problem is not supported)."""
+
+
+def _torch():
+    import torch
+    if not torch.cuda.is_available():
+        raise RuntimeError("torch sees no CUDA device")
+    torch.cuda.init()
+    torch.empty(1, device="cuda")        # the runtime makes the primary context current on this thread
+    return torch
+
+
+_TORCH_STORAGE = {"float16": "float16", "float32": "float32", "int8": "int8", "int32": "int32"}
+
+
+def to_device(torch, storage: np.ndarray | None, dt: DType):
+    """A device tensor holding exactly the storage bytes (bf16's uint16 patterns become bfloat16)."""
+    if storage is None:
+        return None
+    arr = np.ascontiguousarray(storage)
+    if dt is DType.bf16:
+        return torch.from_numpy(arr.view(np.int16)).cuda().view(torch.bfloat16)
+    return torch.from_numpy(arr).cuda()
+
+
+def to_host(torch, tensor, dt: DType) -> np.ndarray:
+    t = tensor.detach()
+    if dt is DType.bf16:
+        return t.view(torch.int16).cpu().numpy().view(np.uint16)
+    return t.cpu().numpy().astype(hostdata.storage_dtype(dt), copy=False)
+
+
+class ConvKernel:
+    """One built conv instance, ready to launch on torch tensors."""
+
+    def __init__(self, root: str | Path, entry: Mapping[str, Any]) -> None:
+        self.torch = _torch()
+        self.root = Path(root)
+        self.entry = dict(entry)
+        self.cfg: ConvConfig = hooks.config_from_entry(entry, root)
+        self.name = self.cfg.name
+        rec_path = self.root / "build" / self.name / "record.json"
+        record = json.loads(rec_path.read_text())
+        if record.get("status") not in ("ok", "cached"):
+            raise RuntimeError(f"{self.name}: build {record.get('status')}: {str(record.get('error'))[:300]}")
+        arts = record["artifacts"]
+        self.shim = ConvShim(resolve_inside(self.root, arts["host"], "host shim"), self.name)
+        self.fn = DriverKernel(resolve_inside(self.root, arts["cubin"], "cubin"), f"emitter_{self.name}_kernel")
+        self._cache: dict[Any, Any] = {}
+
+    def prepare(self, p: ConvProblem, ptrs: dict[str, int], stream: int = 0):
+        """(PackedParams, launch) for problem p on device pointers ptrs; workspace kept alive in self."""
+        prob = c_problem_from(p, ptrs)
+        status, q = self.shim.query(prob)
+        if status == EMITTER_CANNOT_IMPLEMENT:
+            raise CannotRun(f"{self.name}: EMITTER_CANNOT_IMPLEMENT for {p.label()}")
+        if status != EMITTER_OK:
+            raise RuntimeError(f"{self.name}: query returned {status_name(status)}")
+        ws = None
+        if q.workspace_bytes > 0:
+            ws = self.torch.zeros(int(q.workspace_bytes), dtype=self.torch.uint8, device="cuda")
+        cap = max(int(q.params_bytes), 64)
+        status, params, launch = self.shim.initialize(prob, ws.data_ptr() if ws is not None else 0, stream, cap)
+        if status == EMITTER_BUFFER_TOO_SMALL:
+            status, params, launch = self.shim.initialize(prob, ws.data_ptr() if ws is not None else 0, stream,
+                                                          int(launch.params_bytes))
+        if status != EMITTER_OK:
+            raise (CannotRun if status == EMITTER_CANNOT_IMPLEMENT else RuntimeError)(
+                f"{self.name}: initialize returned {status_name(status)}")
+        self._workspace = ws
+        self.fn.allow_shared(int(launch.shared_bytes))
+        return PackedParams(params), launch
+
+    def launch(self, packed: PackedParams, launch, stream: int = 0) -> None:
+        self.fn.launch(tuple(launch.grid), tuple(launch.block), int(launch.shared_bytes), stream, packed)
+
+    def run(self, p: ConvProblem, tensors: dict[str, Any]) -> dict[str, Any]:
+        """Launch once on `tensors` (x, w, y, source, bias: torch tensors or None) on torch's current stream."""
+        torch = self.torch
+        stream = torch.cuda.current_stream().cuda_stream
+        ptrs = {k: (v.data_ptr() if v is not None else 0) for k, v in tensors.items()}
+        packed, launch = self.prepare(p, ptrs, stream)
+        self.launch(packed, launch, stream)
+        torch.cuda.synchronize()
+        return launch.as_dict()
+
+
+# ------------------------------------------------------------------------------------------------ verification
+PLANTED = ("wrong_padding", "swapped_filter_axes", "stride_ignored", "row_short")
+
+
+def planted_problem(cfg: ConvConfig) -> ConvProblem:
+    """A problem every planted bug changes visibly: 3x3, stride 2, padding 1, odd sizes."""
+    al = max(cfg.alignment_a, cfg.alignment_b, cfg.alignment_c, 8)
+    return ConvProblem(n=2, h=15, w=13, c=al * 3, k=al * 5, r=3, s=3, pad_front=(0, 1, 1), pad_back=(0, 1, 1),
+                       stride=(1, 2, 2) if not (cfg.arch != "sm90a" and cfg.stride_support == "unity") else (1, 1, 1))
+
+
+def run_case(kern: ConvKernel, p: ConvProblem, data: str, seed: int, planted: str | None = None,
+             device_reference: bool = True) -> dict[str, Any]:
+    """One verify case on the GPU: fresh inputs, poisoned output, launch, compare with the float64 reference.
+    `planted` runs the kernel on a deliberately wrong launch (the reference stays right)."""
+    torch = kern.torch
+    cfg = kern.cfg
+    inputs = hooks.make_inputs(cfg, p, data, seed)
+    in_dt = DType.f32 if cfg.a is DType.tf32 else cfg.a
+    dts = {"x": in_dt, "w": in_dt, "y": in_dt, "source": cfg.c, "bias": cfg.c}
+    out_name = inputs.outputs[0]
+    dts[out_name] = cfg.c
+    dev = {k: to_device(torch, v, dts[k]) for k, v in inputs.buffers.items()}
+    launch_p = p
+    if planted == "wrong_padding":           # the window shifted by one: padding front+1, back-1
+        launch_p = replace(p, pad_front=(p.pad_front[0], p.pad_front[1] + 1, p.pad_front[2] + 1),
+                           pad_back=(p.pad_back[0], p.pad_back[1] - 1, p.pad_back[2] - 1))
+    elif planted == "swapped_filter_axes":   # the filter handed over with R and S exchanged
+        if out_name != "w":
+            dev["w"] = dev["w"].transpose(2, 3).contiguous()
+    elif planted == "stride_ignored":        # the kernel runs stride 1 into a larger output; we read its corner
+        launch_p = replace(p, stride=(1, 1, 1))
+        big = launch_p.shape(out_name)
+        if out_name == "y":
+            full = to_device(torch, np.full(big, hostdata.poison_value(cfg.c), dtype=hostdata.storage_dtype(cfg.c)), cfg.c)
+            if dev.get("source") is not None:
+                src = torch.zeros(big, dtype=dev["source"].dtype, device="cuda")
+                src[:, :, :p.shape("y")[2], :p.shape("y")[3]] = dev["source"]
+                dev["source"] = src
+            dev["y_small"], dev["y"] = dev["y"], full
+        elif out_name == "x":                # dgrad reads dy of the stride-1 geometry: pad dy with zeros
+            big_y = launch_p.shape("y")
+            dy = torch.zeros(big_y, dtype=dev["y"].dtype, device="cuda")
+            dy[:, :, :p.shape("y")[2], :p.shape("y")[3]] = dev["y"]
+            dev["y"] = dy
+        else:                                # wgrad: dy of the stride-1 geometry, zero-padded
+            big_y = launch_p.shape("y")
+            dy = torch.zeros(big_y, dtype=dev["y"].dtype, device="cuda")
+            dy[:, :, :p.shape("y")[2], :p.shape("y")[3]] = dev["y"]
+            dev["y"] = dy
+    elif planted == "row_short":             # the last output row is never computed
+        if out_name == "y":
+            launch_p = replace(p, h=p.h - p.stride[1])
+            dev["y_small"] = dev["y"]
+            dev["y"] = dev["y"][:, :, :launch_p.shape("y")[2]].contiguous()
+        elif out_name == "x":
+            launch_p = replace(p, h=p.h - 1)
+            dev["x_small"] = dev["x"]
+            dev["x"] = dev["x"][:, :, :p.h - 1].contiguous()
+        else:
+            launch_p = replace(p, k=p.k - (cfg.alignment_c if p.k > cfg.alignment_c else 0))
+            dev["w_small"] = dev["w"]
+            dev["w"] = dev["w"][:launch_p.k].contiguous()
+            dev["y"] = dev["y"][..., :launch_p.k].contiguous()
+            if dev.get("source") is not None:
+                dev["source"] = dev["source"][:launch_p.k].contiguous()
+    t0 = time.perf_counter()
+    try:
+        info = kern.run(launch_p, {k: dev.get(k) for k in ("x", "w", "y", "source", "bias")})
+    except CannotRun as e:
+        return {"status": "SKIPPED", "reason": str(e), "problem": p.label(data), "planted": planted}
+    wall = time.perf_counter() - t0
+    out_t = dev[out_name]
+    if planted == "stride_ignored" and out_name == "y":
+        z, pp, q = p.output_extents()
+        out_t = out_t[:, :z, :pp, :q]
+    if planted == "row_short":
+        full = dev[f"{out_name}_small"]
+        if out_name == "y":
+            full[:, :, :out_t.shape[2]] = out_t
+        elif out_name == "x":
+            full[:, :, :p.h - 1] = out_t
+        else:
+            full[:out_t.shape[0]] = out_t
+        out_t = full
+    got = to_host(torch, out_t.contiguous(), cfg.c)
+    ref = hooks.reference(cfg, p, inputs, "cuda" if device_reference else None)
+    verdict = hooks.compare(cfg, p, inputs, {out_name: got}, ref)
+    verdict.update(problem=p.label(data), planted=planted, launch=info, wall_s=round(wall, 4))
+    return verdict
+
+
+def expected_reason(planted: str, verdict: Mapping[str, Any]) -> bool:
+    """A planted bug is caught for the right reason: values wrong (error above tolerance), or, for the short
+    output, elements left unwritten."""
+    if verdict.get("status") != "FAILED":
+        return False
+    if planted == "row_short":
+        return int(verdict.get("unwritten", 0)) > 0
+    return int(verdict.get("unwritten", 0)) == 0 and float(verdict.get("rel_err", 0)) > 10 * float(verdict.get("tol", 1))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("root", help="manifest directory (emitter emit -o ...; built with emitter build)")
+    ap.add_argument("--select", default="*", help="glob on instance names")
+    ap.add_argument("--quick", action="store_true", help="leave out the largest default problem")
+    ap.add_argument("--planted", action="store_true", help="also run the planted bugs (each must FAIL)")
+    ap.add_argument("--json", help="write every case's verdict here")
+    ap.add_argument("--seed", type=int, default=1234)
+    args = ap.parse_args(argv)
+    root = Path(args.root)
+    manifest = json.loads((root / "manifest.json").read_text())
+    entries = [e for e in manifest["instances"] if e.get("family") == "conv" and fnmatch.fnmatchcase(e["name"], args.select)]
+    results: list[dict[str, Any]] = []
+    failed = caught = planted_total = 0
+    for e in entries:
+        try:
+            kern = ConvKernel(root, e)
+        except Exception as ex:   # noqa: BLE001  (a kernel that does not load fails alone)
+            print(f"FAIL  {e['name']}: cannot load: {ex}")
+            failed += 1
+            results.append({"kernel": e["name"], "status": "FAILED", "reason": f"load: {ex}"})
+            continue
+        cases = hooks.default_problems(kern.cfg, quick=args.quick)
+        for i, (p, data) in enumerate(cases):
+            v = run_case(kern, p, data, args.seed + i)
+            v["kernel"] = kern.name
+            results.append(v)
+            failed += v["status"] == "FAILED"
+            print(f"{'PASS' if v['status'] == 'PASSED' else v['status'][:4]}  {kern.name}  {v['problem']}  "
+                  f"rel_err={v.get('rel_err', float('nan')):.2e} tol={v.get('tol', float('nan')):.1e} {v.get('reason', '')}",
+                  flush=True)
+        if args.planted:
+            p = planted_problem(kern.cfg)
+            for bug in PLANTED:
+                if bug == "stride_ignored" and p.stride[1] == 1:
+                    print(f"SKIP  {kern.name}  planted {bug}: a unity-stride instance")
+                    continue
+                if bug == "swapped_filter_axes" and kern.cfg.op == "wgrad":
+                    v = _wgrad_swapped(kern, p, args.seed + 99)     # wgrad writes w: its result comes out swapped
+                else:
+                    v = run_case(kern, p, "normal", args.seed + 99, planted=bug)
+                ok = expected_reason(bug, v)
+                planted_total += 1
+                caught += ok
+                v.update(kernel=kern.name, caught=ok)
+                results.append(v)
+                print(f"{'CAUGHT' if ok else 'MISSED'}  {kern.name}  planted {bug}: {v.get('status')} "
+                      f"rel_err={v.get('rel_err', float('nan')):.2e} unwritten={v.get('unwritten')} {v.get('reason', '')[:100]}",
+                      flush=True)
+    passed = sum(1 for r in results if r.get("status") == "PASSED")
+    print(f"conv runner: {passed} passed, {failed} failed, "
+          f"{sum(1 for r in results if r.get('status') == 'SKIPPED')} skipped; planted bugs caught {caught}/{planted_total}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1, default=str))
+    return 1 if failed or caught != planted_total else 0
+
+
+def _wgrad_swapped(kern: ConvKernel, p: ConvProblem, seed: int) -> dict[str, Any]:
+    """wgrad writes the filter gradient: a kernel that swaps R and S writes dw transposed. Run it right, swap
+    the result's axes, compare (the check must fail on values)."""
+    torch = kern.torch
+    cfg = kern.cfg
+    inputs = hooks.make_inputs(cfg, p, "normal", seed)
+    in_dt = DType.f32 if cfg.a is DType.tf32 else cfg.a
+    dts = {"x": in_dt, "w": cfg.c, "y": in_dt, "source": cfg.c, "bias": cfg.c}
+    dev = {k: to_device(torch, v, dts[k]) for k, v in inputs.buffers.items()}
+    try:
+        kern.run(p, {k: dev.get(k) for k in ("x", "w", "y", "source", "bias")})
+    except CannotRun as e:
+        return {"status": "SKIPPED", "reason": str(e), "problem": p.label("normal"), "planted": "swapped_filter_axes"}
+    got = to_host(torch, dev["w"].transpose(2, 3).contiguous(), cfg.c)
+    ref = hooks.reference(cfg, p, inputs, "cuda")
+    v = hooks.compare(cfg, p, inputs, {"w": got}, ref)
+    v.update(problem=p.label("normal"), planted="swapped_filter_axes")
+    return v
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""The conv family's run-time hooks (emitter.families.base.RuntimeFamily, verify part): what verify and the
+runtime backends call for a manifest entry with `family: conv`. Profile hooks are not provided yet
+(benchmarks/conv_bench.py times conv kernels against cuDNN through runner.py instead).
+
+    config.py     ConvConfig (config_from_entry)
+    problem.py    ConvProblem, labels, default problems, not_supported_reasons, problem strings
+    inputs.py     make_inputs (random / small-integer tensors, output poisoned)
+    reference.py  float64 reference (numpy; torch on a GPU), tolerance, compare
+    fake.py       the fake backend's independent computation and its planted faults
+    abi.py        the host shim's emitter_conv_problem (c_problem)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any, Mapping
+
+import numpy as np
+
+from emitter.dtypes import DType
+from emitter.families.base import Footprint, Inputs
+from emitter.families.conv import fake as _fake
+from emitter.families.conv import problem as _problem
+from emitter.families.conv import reference as _reference
+from emitter.families.conv.abi import c_problem_from
+from emitter.families.conv.config import ConvConfig
+from emitter.families.conv.flops import conv_flops
+from emitter.families.conv.inputs import make_inputs  # noqa: F401
+from emitter.families.conv.problem import PROBLEM_KEYS, ConvProblem, parse_problem  # noqa: F401
+from emitter.runtime import hostdata
+from emitter.runtime.backend import CannotImplement
+
+NAME = "conv"
+DATA_KINDS = ("normal", "int")
+FAKE_FAULTS = _fake.FAKE_FAULTS
+BASELINES: tuple[str, ...] = ()
+
+
+def config_from_entry(entry: Mapping[str, Any], root: Any = None) -> ConvConfig:
+    return ConvConfig.from_entry(entry, root)
+
+
+def problem_from_dict(d: Mapping[str, Any]) -> ConvProblem:
+    return ConvProblem.from_dict(d)
+
+
+def problem_to_dict(p: ConvProblem) -> dict[str, Any]:
+    return p.as_dict()
+
+
+def problem_label(p: ConvProblem, data: str) -> str:
+    return p.label(data)
+
+
+def problem_from_mapping(item: Mapping[str, Any], where: str, line: int | None, key_path: str) -> ConvProblem:
+    clean = {k: v for k, v in item.items() if k not in ("data", "label")}
+    return _problem.problem_from_mapping(clean, where, line, key_path)
+
+
+def default_problems(cfg: ConvConfig, quick: bool = False) -> list[tuple[ConvProblem, str]]:
+    return _problem.default_problems(cfg.cfg, quick)
+
+
+def not_supported_reasons(cfg: ConvConfig, p: ConvProblem) -> list[str]:
+    return _problem.not_supported_reasons(cfg.cfg, p)
+
+
+def resolve_problem(cfg: ConvConfig, p: ConvProblem) -> ConvProblem:
+    return p
+
+
+def with_options(cfg: ConvConfig, p: ConvProblem, options: int) -> ConvProblem | str:
+    return p if options == 0 else "conv instances have no run-time scheduler options"
+
+
+def flops(cfg: ConvConfig, p: ConvProblem) -> int:
+    return conv_flops(p)
+
+
+def footprint(cfg: ConvConfig, p: ConvProblem) -> Footprint:
+    elems = {t: math.prod(p.shape(t)) for t in ("x", "w", "y")}
+    out = {"fprop": "y", "dgrad": "x", "wgrad": "w"}[cfg.op]
+    dev = sum(elems.values()) * max(cfg.a.bytes, cfg.c.bytes) + (elems[out] * cfg.c.bytes if p.beta else 0)
+    dev += p.k * cfg.c.bytes + (1 << 20)
+    host = sum(elems.values()) * (8 * 3 + 4) + elems[out] * 8 * 3
+    return Footprint(device=int(dev), host=int(host))
+
+
+def reference(cfg: ConvConfig, p: ConvProblem, inputs: Inputs, device: str | None = None) -> np.ndarray:
+    return _reference.reference(cfg.cfg, p, inputs.values, device)
+
+
+def compare(cfg: ConvConfig, p: ConvProblem, inputs: Inputs, outputs: Mapping[str, np.ndarray],
+            reference: np.ndarray) -> dict[str, Any]:
+    name = inputs.outputs[0]
+    got_storage = np.asarray(outputs[name])
+    poison = hostdata.bits_of(np.asarray(hostdata.poison_value(cfg.c)).reshape(1))[0]
+    poisoned = hostdata.bits_of(got_storage) == poison
+    got = hostdata.decode(got_storage, cfg.c)
+    m, n, k = p.gemm(cfg.op)
+    tol = _reference.tolerance(cfg.c.yaml if cfg.a not in (DType.tf32,) else "tf32", k)
+    if cfg.a is DType.bf16:
+        tol = max(tol, _reference.tolerance("bf16", k))
+    verdict = _reference.compare(got, reference, poisoned, tol)
+    verdict["mismatches"] = int((np.abs(np.where(poisoned, 0, got - reference)) > 1e-2 * (1 + np.abs(reference))).sum())
+    return verdict
+
+
+def c_problem(cfg: ConvConfig, p: ConvProblem, pointers: Mapping[str, int]) -> Any:
+    return c_problem_from(p, dict(pointers))
+
+
+def fake_run(cfg: ConvConfig, p: ConvProblem, buffers: Mapping[str, Any],
+             faults: Mapping[str, Mapping[str, Any]]) -> dict[str, np.ndarray]:
+    """The output storage as a kernel would write it, computed by fake.py (independent of reference.py)."""
+    why = not_supported_reasons(cfg, p)
+    if why:
+        raise CannotImplement(f"{cfg.name}: EMITTER_CANNOT_IMPLEMENT ({why[0]})")
+    in_dt = DType.f32 if cfg.a is DType.tf32 else cfg.a
+    vals = {t: hostdata.decode(np.asarray(buffers[t]), in_dt) for t in ("x", "w", "y") if buffers.get(t) is not None}
+    out_name = {"fprop": "y", "dgrad": "x", "wgrad": "w"}[cfg.op]
+    acc = _fake.fake_conv(cfg.op, p, vals.get("x"), vals.get("w"), vals.get("y"), faults)
+    # the epilogue, written out here (not reference.py's): alpha, beta * source, bias, activation
+    res = acc * p.alpha
+    if p.beta != 0.0:
+        res = res + p.beta * hostdata.decode(np.asarray(buffers["source"]), cfg.c)
+    if p.bias:
+        res = res + hostdata.decode(np.asarray(buffers["bias"]), cfg.c)[None, None, None, None, :]
+    if cfg.activation == "relu":
+        res = np.where(res > 0, res, 0.0)
+    elif cfg.activation == "sigmoid":
+        res = 1 / (1 + np.exp(-res))
+    elif cfg.activation == "silu":
+        res = res * (1 / (1 + np.exp(-res)))
+    elif cfg.activation == "gelu":
+        from math import erf, sqrt
+        res = np.array([0.5 * v * (1 + erf(v / sqrt(2))) for v in res.reshape(-1)]).reshape(res.shape)
+    elif cfg.activation == "clamp":
+        res = np.minimum(np.maximum(res, cfg.clamp_min), cfg.clamp_max)
+    out = hostdata.encode(res, cfg.c)
+    if "conv_row_short" in faults:
+        keep = np.asarray(buffers[out_name]).copy()
+        mask = _fake.row_short_mask(cfg.op, out.shape)
+        out[mask] = keep[mask]
+    return {out_name: out}
+
+
+__all__ = ["NAME", "DATA_KINDS", "FAKE_FAULTS", "BASELINES", "PROBLEM_KEYS", "replace"]

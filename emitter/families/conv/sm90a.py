@@ -1,0 +1,181 @@
+"""CUTLASS 3.x (sm90a) convolution: conv::collective::CollectiveBuilder (KernelImplicitTmaWarpSpecializedSm90,
+im2col TMA) + epilogue::collective::CollectiveBuilder (TmaWarpSpecialized) + conv::kernel::ConvUniversal over
+ConvProblemShape. resolve() checks what these builders and the kernel's can_implement need before nvcc.
+
+Facts (compiled in emitter's entry form with nvcc 13.0, CUTLASS 4.2): the device code needs
+cutlass/kernel_hardware_info.h; the tile's K mode must be nested (Shape<_128,_128,Shape<_64>>; wgrad nests N
+too, as CUTLASS's generator writes it); only the non-persistent schedule exists (the cooperative / pingpong conv
+schedules static_assert); TMA needs 16-byte rows (C % 8 for f16: C = 3 is refused, use the sm80 few/fixed
+channel iterators for a first layer); padding <= 256 (2D) / 16 (3D); groups = 1; alignof(Params) = 128.
+"""
+
+from __future__ import annotations
+
+from emitter.dtypes import DType
+from emitter.families.conv.common import GEMM_TEXT, epilogue_text, reject, tensor_text
+from emitter.families.conv.model import (
+    AUTO, Activation, Arch, ConvInstance, ConvOp, IteratorAlgorithm, Rejection, Shape3, SplitK, StrideSupport,
+)
+
+ARCHES = (Arch.sm90a,)
+LEVELS = ("mma", "epilogue", "mainloop", "kernel", "device", "entry")
+SMEM_LIMIT = 232448
+_INPUTS = (DType.f16, DType.bf16, DType.f32, DType.tf32)
+_ACTIVATION_CPP = {
+    Activation.relu: "cutlass::epilogue::thread::ReLu",
+    Activation.gelu: "cutlass::epilogue::thread::GELU",
+    Activation.silu: "cutlass::epilogue::thread::SiLu",
+    Activation.sigmoid: "cutlass::epilogue::thread::Sigmoid",
+    Activation.clamp: "cutlass::epilogue::thread::Clamp",
+}
+
+
+def _epilogue_smem(inst: ConvInstance) -> int:
+    # TmaWarpSpecialized with EpilogueTileAuto: a 64 x 32 (or tile-sized) subtile, C and D staged (2 + 2)
+    sub = min(inst.tile.m, 64) * min(inst.tile.n, 32) * inst.c.bytes
+    return 4 * sub + 1024
+
+
+def mainloop_stage_bytes(inst: ConvInstance) -> int:
+    return (inst.tile.m + inst.tile.n) * inst.tile.k * inst.a.bytes + 32
+
+
+def resolve(inst: ConvInstance) -> ConvInstance | Rejection:
+    if inst.arch not in ARCHES:
+        return reject(inst, "arch", f"the sm90a conv module does not build {inst.arch}")
+    if inst.a not in _INPUTS:
+        return reject(inst, "dtype-input", f"{inst.a} convolution is not built on sm90a by emitter: use f16, bf16 or "
+                                           f"f32 (tf32 math); s8 convolution is on sm80 (arch: sm80)")
+    a = DType.f32 if inst.a is DType.tf32 else inst.a
+    if inst.accumulator is not DType.f32 and not (a is DType.f16 and inst.accumulator is DType.f16):
+        return reject(inst, "dtype-accumulator", f"accumulator {inst.accumulator} with {a} inputs: use f32 "
+                                                 f"(f16 accumulation only for f16 inputs)")
+    allowed_c = {DType.f16: (DType.f16, DType.f32), DType.bf16: (DType.bf16, DType.f32), DType.f32: (DType.f32,)}[a]
+    if inst.c not in allowed_c:
+        return reject(inst, "dtype-output", f"output {inst.c} with {a} inputs: use one of "
+                                            f"{', '.join(map(str, allowed_c))}")
+    if inst.epilogue_compute not in (DType.f32, DType.f16) or (inst.epilogue_compute is DType.f16 and inst.accumulator is not DType.f16):
+        return reject(inst, "dtype-epilogue", f"epilogue compute {inst.epilogue_compute}: use f32")
+    if inst.warp is not None or inst.instruction is not None:
+        return reject(inst, "warp-is-2x", "warp and instruction shapes are CUTLASS 2.x choices: the sm90 collective "
+                                          "builder picks the wgmma; remove warp/instruction (or use arch: sm80)")
+    if inst.iterator is not IteratorAlgorithm.optimized:
+        return reject(inst, "iterator-is-2x", f"iterator {inst.iterator} is a CUTLASS 2.x choice (sm90a gathers with "
+                                              f"im2col TMA): remove `iterator` or use arch: sm80")
+    if inst.swizzle != 1:
+        return reject(inst, "swizzle-is-2x", "swizzle is a 2.x threadblock swizzle; the sm90 conv kernel is "
+                                             "non-persistent (one CTA per tile): remove `swizzle`")
+    if inst.stride_support is StrideSupport.unity:
+        return reject(inst, "stride-support-3x", "the sm90 conv kernel handles every stride in one kernel: remove "
+                                                 "stride_support (or write strided)")
+    if inst.split_k is not SplitK.none:
+        return reject(inst, "split-k-3x", f"split_k {inst.split_k} is not in CUTLASS's sm90 conv kernel (its only "
+                                          f"schedule is non-persistent, no stream-K): use arch: sm80 with split_k: serial")
+    if inst.epilogue.bias and inst.op is not ConvOp.fprop:
+        return reject(inst, "bias-fprop-only", f"a per-channel bias belongs to the forward output; {inst.op} writes a "
+                                               f"gradient: remove bias")
+    t = inst.tile
+    if t.m not in (64, 128, 256):
+        return reject(inst, "tile-m", f"tile m={t.m}: a consumer warpgroup's wgmma covers 64 rows; use 64, 128 or 256")
+    if t.n % 16 or not 16 <= t.n <= 256:
+        return reject(inst, "tile-n", f"tile n={t.n}: wgmma N must be a multiple of 16 up to 256 (64, 128, 256 "
+                                      f"are what CUTLASS's generator emits)")
+    kbytes = t.k * a.bytes
+    if kbytes not in (64, 128, 256):
+        return reject(inst, "tile-k", f"tile k={t.k} is {kbytes} bytes of {a}: the TMA/wgmma swizzle needs 64, 128 "
+                                      f"or 256 bytes, e.g. k={128 // a.bytes} (4 wgmma k-steps)")
+    cl = inst.cluster or Shape3(1, 1, 1)
+    if cl.k != 1 or cl.m not in (1, 2, 4) or cl.n not in (1, 2, 4) or cl.m * cl.n > 4:
+        return reject(inst, "cluster", f"cluster {cl}: use m, n in 1, 2, 4 with m*n <= 4 and k = 1 (CUTLASS's "
+                                       f"generator: 1x1x1, 2x1x1, 1x2x1)")
+    full = 128 // a.bytes // 8
+    need = 16 // a.bytes
+    out_need = 16 // inst.c.bytes
+    al = [inst.alignment_a or need, inst.alignment_b or need, inst.alignment_c or out_need]
+    del full
+    if al[0] != need or al[1] != need or al[2] != out_need:
+        return reject(inst, "alignment-tma", f"alignment {al[0]}x{al[1]}x{al[2]}: TMA moves 16-byte rows, so "
+                                             f"sm90a conv needs {need}x{need}x{out_need} (channels C and K multiples "
+                                             f"of {need}); for C = 3 first layers use arch: sm80 with iterator: few_channels")
+    per_stage = mainloop_stage_bytes(inst)
+    budget = SMEM_LIMIT - _epilogue_smem(inst)
+    max_stages = budget // per_stage
+    stages = inst.stages
+    if stages == AUTO:
+        stages = min(max_stages, 8)
+        if stages < 2:
+            return reject(inst, "smem", f"tile {t} needs {per_stage} bytes a stage: not even 2 stages fit in "
+                                        f"{SMEM_LIMIT} bytes of shared memory; use a smaller tile")
+    elif stages > max_stages:
+        return reject(inst, "smem", f"{stages} stages of tile {t} need {stages * per_stage + _epilogue_smem(inst)} "
+                                    f"bytes of shared memory (limit {SMEM_LIMIT}): use stages <= {max_stages} or auto")
+    if inst.epilogue.activation is not Activation.identity and inst.epilogue_compute is not DType.f32:
+        return reject(inst, "activation-compute", "activations are computed in float: use epilogue: f32")
+    return inst.replace(a=a, cluster=cl, alignment_a=al[0], alignment_b=al[1], alignment_c=al[2], stages=stages)
+
+
+def _fusion_cpp(inst: ConvInstance) -> str:
+    ns = "cutlass::epilogue::fusion::"
+    act = inst.epilogue.activation
+    types = "ElementD, ElementCompute"
+    if not inst.epilogue.bias:
+        if act is Activation.identity:
+            return f"{ns}LinearCombination<{types}, ElementC, ElementCompute>"
+        return f"{ns}LinCombEltAct<{_ACTIVATION_CPP[act]}, {types}, ElementC, ElementCompute>"
+    # the conv output is (M = N*Z*P*Q) x (N = K): one bias value per output channel = CUTLASS's per-column bias
+    tail = f"{types}, ElementBias, ElementC, ElementCompute, AlignmentBias"
+    if act is Activation.identity:
+        return f"{ns}LinCombPerColBias<{tail}>"
+    return f"{ns}LinCombPerColBiasEltAct<{_ACTIVATION_CPP[act]}, {tail}>"
+
+
+def _cute_shape(dims: list[int], nest: tuple[bool, bool, bool]) -> str:
+    parts = [f"cute::Shape<cute::_{d}>" if n else f"cute::_{d}" for d, n in zip(dims, nest)]
+    return "cute::Shape<" + ", ".join(parts) + ">"
+
+
+def template_context(inst: ConvInstance) -> dict:
+    """C++ spellings derived from enums and integers only."""
+    a_t, b_t = inst.op.operands
+    out = inst.op.output
+    elem_in = "float" if inst.a in (DType.f32, DType.tf32) else inst.a.cpp   # the builder picks tf32 wgmma for float
+    cl = inst.cluster or Shape3(1, 1, 1)
+    return {
+        "arch": inst.arch.yaml,
+        "op": inst.op.value,
+        "op_cpp": inst.op.cpp,
+        "dims": inst.dims,
+        "gemm_text": GEMM_TEXT[inst.op],
+        "layout_cpp": inst.layout.cpp,
+        # wgrad writes filters: CUTLASS's epilogue tag for a KRSC / KTRSC gradient (the generator's choice)
+        "layout_c_cpp": ({2: "cutlass::layout::TensorKCSR", 3: "cutlass::layout::TensorKCSRT"}[inst.dims]
+                         if inst.op is ConvOp.wgrad else inst.layout.cpp),
+        "element_a": elem_in,
+        "element_b": elem_in,
+        "element_c": inst.c.cpp,
+        "element_accumulator": inst.accumulator.cpp,
+        "element_compute": inst.epilogue_compute.cpp,
+        "tensor_a": tensor_text(inst, a_t),
+        "tensor_b": tensor_text(inst, b_t),
+        "tensor_c": tensor_text(inst, out),
+        "alignment_a": inst.alignment_a,
+        "alignment_b": inst.alignment_b,
+        "alignment_c": inst.alignment_c,
+        "alignment_bias": inst.alignment_c,
+        "align_bytes_c": inst.alignment_c * inst.c.bytes,
+        "tile_shape": _cute_shape(inst.tile.as_list(), (False, inst.op is ConvOp.wgrad, True)),
+        "cluster_shape": f"cute::Shape<cute::_{cl.m}, cute::_{cl.n}, cute::_{cl.k}>",
+        "cluster": cl.as_list(),
+        "stages_text": str(inst.stages),
+        "stage_count_cpp": f"cutlass::conv::collective::StageCount<{int(inst.stages)}>",
+        "epilogue_text": epilogue_text(inst),
+        "fusion_cpp": _fusion_cpp(inst),
+        "has_bias": inst.epilogue.bias,
+        "is_clamp": inst.epilogue.activation is Activation.clamp,
+        "clamp_min": inst.epilogue.clamp_min,
+        "clamp_max": inst.epilogue.clamp_max,
+        "output_shape_var": {"x": "shape_x", "w": "shape_w", "y": "shape_y"}[out],
+        "output_ptr": out,
+        "ptr_a": a_t,
+        "ptr_b": b_t,
+    }

@@ -1,0 +1,186 @@
+"""Conv spec (`family: conv`) -> candidate ConvInstance records.
+
+Same rules as the GEMM spec (emitter/families/gemm/spec.py, whose value parsers are reused): every field may be
+a list, the spec sweeps the cartesian product, `exclude:` drops combinations written with the same keys, and
+anything outside the vocabulary is a SpecError naming the file, line, key path, value, allowed values and a fix.
+
+    family: conv
+    arch: sm80 | sm90a
+    op: fprop | dgrad | wgrad            (alias: operation)
+    dims: 2 | 3                          (or layout: nhwc | ndhwc)
+    dtype: f16 | {a: f16, c: f16, accumulator: f32, epilogue: f32}
+    tile: 128x128x64      warp: 64x64x64 (2.x)      cluster: 1x1x1 (3.x)      instruction: 16x8x16 (2.x)
+    stages: auto | 2..16
+    iterator: analytic | optimized | few_channels | fixed_channels      (2.x)
+    stride_support: unity | strided
+    alignment: auto | 1..16 | {a: 8, b: 8, c: 8}
+    swizzle: 1 | 2 | 4 | 8                (2.x)
+    epilogue: relu | {activation: relu, bias: true, clamp: [0, 6]}
+    split_k: none | serial | parallel
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Callable, Iterator
+
+from emitter.dtypes import DType
+from emitter.errors import SpecError
+from emitter.families.conv.model import (
+    AUTO, Activation, Arch, ConvEpilogue, ConvInstance, ConvOp, IteratorAlgorithm, Layout, Shape3, SplitK,
+    StrideSupport,
+)
+# the value parsers and sweep combinators are the GEMM spec's (one vocabulary for every family)
+from emitter.families.gemm.spec import (  # noqa: F401
+    Assign, _activation, _arch, _bool, _clamp, _Ctx, _did_you_mean, _dtype, _enum, _int, _leaf, _mapping,
+    _matches, _merge, _shape, _split_k,
+)
+from emitter.spec.loader import Document, KeyPath
+
+_op = _enum(ConvOp, {"forward": "fprop", "fwd": "fprop", "data_grad": "dgrad", "input_grad": "dgrad",
+                     "weight_grad": "wgrad", "filter_grad": "wgrad"})
+_layout = _enum(Layout, {"ndhwc": "ndhwc", "tensornhwc": "nhwc", "tensorndhwc": "ndhwc", "channels_last": "nhwc"})
+_iterator = _enum(IteratorAlgorithm, {"opt": "optimized", "few": "few_channels", "fixed": "fixed_channels",
+                                      "fewchannels": "few_channels", "fixedchannels": "fixed_channels"})
+_stride_support = _enum(StrideSupport, {"stride1": "unity", "unit": "unity", "any": "strided"})
+
+
+def _dims(ctx: _Ctx, path: KeyPath, v: Any) -> Layout:
+    d = _int(2, 3, choices=(2, 3))(ctx, path, v)
+    return Layout.nhwc if d == 2 else Layout.ndhwc
+
+
+def _dtype_shorthand(ctx: _Ctx, path: KeyPath, v: Any) -> list[Assign]:
+    d = _dtype(ctx, path, v)
+    return [{"a": d, "c": d}]
+
+
+def _alignment_shorthand(ctx: _Ctx, path: KeyPath, v: Any) -> list[Assign]:
+    a = _ALIGN(ctx, path, v)
+    return [{"alignment_a": a, "alignment_b": a, "alignment_c": a}]
+
+
+def _activation_shorthand(ctx: _Ctx, path: KeyPath, v: Any) -> list[Assign]:
+    return [{"activation": _activation(ctx, path, v)}]
+
+
+_ALIGN = _int(1, 16, auto=True, choices=(1, 2, 4, 8, 16))
+_DTYPE_KEYS = {"a": _leaf("a", _dtype), "c": _leaf("c", _dtype), "accumulator": _leaf("accumulator", _dtype),
+               "epilogue": _leaf("epilogue_compute", _dtype)}
+_ALIGNMENT_KEYS = {"a": _leaf("alignment_a", _ALIGN), "b": _leaf("alignment_b", _ALIGN), "c": _leaf("alignment_c", _ALIGN)}
+_EPILOGUE_KEYS = {"activation": _leaf("activation", _activation), "bias": _leaf("bias", _bool), "clamp": _clamp}
+
+SPEC_KEYS: dict[str, Callable[[_Ctx, KeyPath, Any], list[Assign]]] = {
+    "arch": _leaf("arch", _arch),
+    "op": _leaf("op", _op),
+    "operation": _leaf("op", _op),
+    "dims": _leaf("layout", _dims),
+    "layout": _leaf("layout", _layout),
+    "dtype": _mapping(_DTYPE_KEYS, _dtype_shorthand, "dtype"),
+    "tile": _leaf("tile", _shape, shape=True),
+    "warp": _leaf("warp", _shape, shape=True),
+    "cluster": _leaf("cluster", _shape, shape=True),
+    "instruction": _leaf("instruction", _shape, shape=True),
+    "stages": _leaf("stages", _int(2, 16, auto=True)),
+    "iterator": _leaf("iterator", _iterator),
+    "stride_support": _leaf("stride_support", _stride_support),
+    "alignment": _mapping(_ALIGNMENT_KEYS, _alignment_shorthand, "alignment"),
+    "swizzle": _leaf("swizzle", _int(1, 8, choices=(1, 2, 4, 8))),
+    "epilogue": _mapping(_EPILOGUE_KEYS, _activation_shorthand, "epilogue"),
+    "split_k": _leaf("split_k", _split_k),
+}
+META_KEYS = {"family", "name", "description", "exclude"}
+REQUIRED = ("arch", "op", "dtype", "tile")
+
+
+def _axes(ctx: _Ctx, path: KeyPath, entry: dict[str, Any], key_paths: dict[str, KeyPath] | None = None,
+          exclude: bool = False) -> list[list[Assign]]:
+    axes = []
+    for key, value in entry.items():
+        if key in META_KEYS:
+            continue
+        kp = (key_paths or {}).get(key, path + (key,))
+        if key not in SPEC_KEYS:
+            raise ctx.err(kp, f"unknown key '{key}' in a conv spec", value=key,
+                          allowed=sorted(set(SPEC_KEYS) | META_KEYS),
+                          fix=_did_you_mean(key, set(SPEC_KEYS) | META_KEYS))
+        axes.append(SPEC_KEYS[key](ctx, kp, value))
+    if not exclude and "dims" in entry and "layout" in entry:
+        raise ctx.err((key_paths or {}).get("layout", path + ("layout",)), "give either dims or layout, not both",
+                      value=entry["layout"], fix="dims: 2 means layout nhwc, dims: 3 means ndhwc; remove one")
+    return axes
+
+
+def _exclusions(ctx: _Ctx, path: KeyPath, value: Any) -> list[Assign]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ctx.err(path, "exclude must be a list of partial configurations", value=value,
+                      fix="e.g. exclude: [{op: wgrad, tile: 256x128x64}]")
+    out: list[Assign] = []
+    for i, item in enumerate(value):
+        if not isinstance(item, dict) or not item:
+            raise ctx.err(path + (i,), "each exclude entry must be a non-empty mapping of spec keys", value=item)
+        for combo in itertools.product(*_axes(ctx, path + (i,), item, exclude=True)):
+            out.append(_merge(combo))
+    return out
+
+
+def _default_accumulator(a: DType) -> DType:
+    return DType.s32 if a is DType.s8 else DType.f32
+
+
+def _build(point: Assign) -> ConvInstance:
+    arch: Arch = point["arch"]
+    a: DType = point["a"]
+    c: DType = point.get("c", a)
+    acc: DType = point.get("accumulator", _default_accumulator(a))
+    compute: DType = point.get("epilogue_compute", DType.f32 if acc is DType.s32 else acc)
+    three = arch.cutlass_major == 3
+    tile: Shape3 = point["tile"]
+    warp = point.get("warp")
+    if warp is None and not three:
+        warp = Shape3(min(64, max(tile.m // 2, 16)), min(64, max(tile.n // 2, 8)), tile.k)
+    op: ConvOp = point["op"]
+    # 2.x dgrad defaults to the unity-stride iterators (the strided dgrad kernel is another kernel); 3.x has one for all
+    default_stride = StrideSupport.unity if (op is ConvOp.dgrad and not three) else StrideSupport.strided
+    return ConvInstance(
+        arch=arch, op=op, layout=point.get("layout", Layout.nhwc), a=a, c=c, accumulator=acc,
+        epilogue_compute=compute, tile=tile, warp=None if three else warp,
+        cluster=point.get("cluster", Shape3(1, 1, 1)) if three else point.get("cluster"),
+        instruction=point.get("instruction"), stages=point.get("stages", AUTO),
+        iterator=point.get("iterator", IteratorAlgorithm.optimized),
+        stride_support=point.get("stride_support", default_stride),
+        alignment_a=point.get("alignment_a", AUTO), alignment_b=point.get("alignment_b", AUTO),
+        alignment_c=point.get("alignment_c", AUTO), swizzle=point.get("swizzle", 1),
+        epilogue=ConvEpilogue(activation=point.get("activation", Activation.identity), bias=point.get("bias", False),
+                              clamp_min=point.get("clamp_min", 0.0), clamp_max=point.get("clamp_max", 6.0)),
+        split_k=point.get("split_k", SplitK.none),
+    )
+
+
+def expand_entry(doc: Document, path: KeyPath, entry: Any,
+                 key_paths: dict[str, KeyPath] | None = None) -> Iterator[tuple[ConvInstance, Assign]]:
+    """Yield (candidate instance, the sweep point it came from) for one `family: conv` spec entry."""
+    ctx = _Ctx(doc)
+    if not isinstance(entry, dict):
+        raise ctx.err(path, "a kernel spec must be a mapping of keys", value=entry,
+                      fix="see configs/conv/*.yaml for examples")
+    family = entry.get("family")
+    if family != "conv":
+        raise ctx.err((key_paths or {}).get("family", path + ("family",)), f"not a conv spec entry: family {family!r}",
+                      value=family, allowed=["conv"])
+    for key in REQUIRED:
+        if key not in entry and not (key == "op" and "operation" in entry):
+            raise ctx.err(path, f"missing required key '{key}' in a conv spec", allowed=list(REQUIRED),
+                          fix=f"add `{key}:` to this spec (see configs/conv/*.yaml)")
+    axes = _axes(ctx, path, entry, key_paths)
+    exclusions = _exclusions(ctx, (key_paths or {}).get("exclude", path + ("exclude",)), entry.get("exclude"))
+    for combo in itertools.product(*axes):
+        point = _merge(combo)
+        if any(_matches(point, e) for e in exclusions):
+            continue
+        yield _build(point), point
+
+
+__all__ = ["expand_entry", "SPEC_KEYS", "SpecError"]
