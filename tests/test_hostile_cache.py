@@ -204,3 +204,17 @@ def test_garbage_cache_meta_is_evicted(tmp_path, fake, meta):
     code, out = _build(m, tmp_path)
     assert code == 0, out
     assert len(nvcc_calls(fake)) == 4
+
+
+def test_build_stopped_by_a_full_disk_is_a_clean_error(tmp_path, fake, monkeypatch):
+    m = _manifest(tmp_path)
+    real = builder_mod.atomic_write_text
+
+    def full(path, *a, **kw):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(builder_mod, "atomic_write_text", full)     # the build log, success or failure
+    code, out = _build(m, tmp_path)
+    monkeypatch.setattr(builder_mod, "atomic_write_text", real)
+    assert_clean(code, out, "the build stopped: no space left", "fix:")
+    assert not [p for p in (tmp_path / "cache" / "v1" / "tmp").iterdir()]

@@ -197,6 +197,12 @@ def register(group: click.Group) -> None:
                                       use_cache=not no_cache, allow_serialized_wgmma=allow_serialized_wgmma,
                                       executor=executor, timeout_s=timeout_s, host_syntax_only=host_syntax_only,
                                       reporter=reporter, **({"address": address} if address else {}))
+        except OSError as e:     # the manifest directory or the cache cannot take the files (full, read-only)
+            from emitter.fsutil import OutputError, os_error_text
+
+            what, fix = os_error_text(e)
+            where = f" ({e.filename})" if isinstance(e.filename, str) else ""
+            raise OutputError(out, f"the build stopped: {what}{where}", fix) from None
         finally:
             if old is not None:
                 signal.signal(signal.SIGTERM, old)
