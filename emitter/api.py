@@ -137,13 +137,49 @@ def build_instances(out: str | os.PathLike = "generated/demo", *, select: Sequen
     executor: "thread" (default), "process", or "ray" (nvcc runs as Ray tasks; address: "auto",
     "ray://host:port", None for a local Ray instance; `pip install 'emitter[ray]'`).
 
-    A failing instance fails alone: see `.failed` (each with `.error` and `.repro`, the nvcc command)."""
+    A failing instance fails alone: see `.failed` (each with `.error` and `.repro`, the nvcc command).
+    Each built record's resources gain `dynamic_shared_bytes`, from the shim's launch query
+    (emitter/build/launch_probe.py; None with `dynamic_shared_reason` where it cannot be asked here)."""
     from emitter.build.builder import BuildOptions, build as run_build
 
     opts = BuildOptions(jobs=jobs, cache_dir=cache_dir, use_cache=use_cache, timeout_s=timeout_s,
                         allow_serialized_wgmma=allow_serialized_wgmma, host_syntax_only=host_syntax_only,
                         executor=executor, address=address)
-    return run_build(Path(out), tuple(select), tuple(exclude), opts, reporter)
+    summary = run_build(Path(out), tuple(select), tuple(exclude), opts, reporter)
+    _add_dynamic_shared(summary)
+    return summary
+
+
+def _add_dynamic_shared(summary: Any) -> None:
+    """resources.dynamic_shared_bytes in each built record (on disk and in the summary), asked once."""
+    import json
+
+    from emitter.build.launch_probe import probe_in_child
+
+    todo = [r for r in summary.results if r.status in ("ok", "cached") and (r.record.get("artifacts") or {}).get("host")
+            and "dynamic_shared_bytes" not in (r.record.get("resources") or {})]
+    if not todo:
+        return
+    from emitter.manifest import load, manifest_path
+
+    root = manifest_path(Path(summary.out)).parent
+    entries = {e["name"]: e for e in load(root)["instances"]}
+    found = probe_in_child(root, [(entries[r.name], r.record) for r in todo if r.name in entries])
+    for r in todo:
+        got = found.get(r.name) or {"dynamic_shared_bytes": None, "reason": "the probe process failed"}
+        res = r.record.setdefault("resources", {})
+        res["dynamic_shared_bytes"] = got["dynamic_shared_bytes"]
+        if got.get("reason"):
+            res["dynamic_shared_reason"] = got["reason"]
+        try:
+            path = Path(r.record_path)
+            on_disk = json.loads(path.read_text())
+            on_disk.setdefault("resources", {}).update({k: v for k, v in res.items() if k.startswith("dynamic_")})
+            from emitter.fsutil import atomic_write_json
+
+            atomic_write_json(path, on_disk)
+        except (OSError, ValueError):
+            pass
 
 
 def _parse_problem(p: Any) -> tuple[int, int, int, int]:

@@ -9,6 +9,18 @@ A pattern is one or more space-separated terms; all terms must match (AND):
     the aliases `dtype` (any of a/b/c/d), `schedule` (kernel_schedule) and `layout` (`tn`, `tnt`).
     Values compare case-insensitively as text; shapes as `128x256x64`; values may be globs (`tile=128x*`).
 --select given several times ORs its patterns; an instance is dropped if any --exclude pattern matches.
+
+  --select 'arch=sm90a dtype=bf16'                     sm90a AND bf16
+  --select 'tile=128x128x64,128x256x64'                either tile (a value list is an OR)
+  --select pingpong --select 'schedule=cooperative tile=128x*'   pingpong, OR cooperative with a 128-row tile
+  --select 'arch=sm90a' --exclude '*fp8*' --exclude 'split_k=serial'
+
+This is the reverse of dbt's spelling, where a space is a union and a comma an intersection
+(`dbt run --select "tag:a tag:b"` is a OR b; `tag:a,tag:b` is a AND b). Kept on purpose: a pattern here
+is one slice of a kernel configuration space, narrowed facet by facet (`arch=sm90a dtype=bf16 tile=128x*`:
+intersection is what one writes most), and the comma is taken by value lists inside a facet
+(`tile=128x128x64,128x256x64`), where it can only mean "either". Union is spelled by repeating --select.
+`emitter list OUT --select ...` previews what a pattern picks (README: Selecting instances).
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ export from a directory outside the checkout (issue 26: every other test runs on
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -100,6 +101,10 @@ def test_fresh_venv_from_the_wheel_works_outside_the_checkout(wheel, tmp_path):
     r = _run([cli, "build", "generated", "--select", "tile=64x64x64", "-j", "1", "--no-progress"], proj, env)
     assert r.returncode == 0 and "built 1 instance: 1 compiled" in r.stdout
     print(f"one sm80 instance built in {time.perf_counter() - t1:.1f} s")
+    # dynamic shared memory from the shim's launch query: 64x64x64 tiles x 3 stages of f16 A and B = 48 KiB
+    assert "48.0 KiB" in r.stdout
+    rec = json.loads(next((proj / "generated" / "build").glob("*/record.json")).read_text())
+    assert rec["resources"]["dynamic_shared_bytes"] == 3 * (64 * 64 + 64 * 64) * 2
     images = list((proj / "generated" / "build").glob("*/*.fatbin"))
     assert len(images) == 1 and images[0].read_bytes()[:4] == bytes.fromhex("50ed55ba")   # SASS + PTX
 

@@ -40,11 +40,21 @@ def parse_size(text: str) -> int:
     return int(float(m.group(1)) * _UNITS[unit])
 
 
+def _smem(res: dict) -> str:
+    """Shared memory per CTA: ptxas's static bytes + the launch's dynamic bytes (the shim's query), e.g.
+    `64.0 KiB` (all of a CUTLASS kernel's SharedStorage is dynamic); `+?` where the dynamic part is unknown."""
+    static, dynamic = int(res.get("shared_bytes") or 0), res.get("dynamic_shared_bytes")
+    if dynamic is None:
+        return f"{static}+?" if "dynamic_shared_bytes" in res else str(static)
+    total = static + int(dynamic)
+    return f"{total / 1024:.1f} KiB" if total >= 1024 else str(total)
+
+
 def _res(r: InstanceResult) -> tuple[str, str, str]:
     res = r.record.get("resources") or {}
     if r.status == "failed" and not res.get("registers"):
         return "", "", ""
-    return str(res.get("registers", "")), str(res.get("shared_bytes", "")), str(res.get("spill_bytes", ""))
+    return str(res.get("registers", "")), _smem(res), str(res.get("spill_bytes", ""))
 
 
 class PlainReporter(Reporter):
@@ -63,8 +73,8 @@ class PlainReporter(Reporter):
 
     def done(self, r: InstanceResult) -> None:
         self.n += 1
-        regs, smem, spill = _res(r)
-        extra = f"  regs={regs} smem={smem} spill={spill}" if regs else ""
+        regs, _smem_static, spill = _res(r)   # shared memory: in the summary table, once the shim was asked
+        extra = f"  regs={regs} spill={spill}" if regs else ""
         n = len(r.warnings)
         warn = f"  ({n} warning{'s' if n != 1 else ''})" if n else ""
         click.echo(f"[{self.n:>{len(str(self.total))}}/{self.total}] {r.status:<6} {r.wall_s:7.1f}s  {r.name}{extra}{warn}")
