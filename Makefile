@@ -14,8 +14,8 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q --no-deps nvidia-cutlass==4.2.0.0   # the CUTLASS headers without scipy & co (pyproject.toml)
 	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q --no-deps nvidia-cutlass==4.2.0.0   # the CUTLASS headers without scipy & co (pyproject.toml)
 	touch $@
 
 # demo: what a newcomer runs first (README): three sm80 kernels emitted, listed (with a rejected one and why) and
