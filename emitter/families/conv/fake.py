@@ -55,6 +55,8 @@ def fake_conv(op: str, p: Any, x: np.ndarray, w: np.ndarray, y: np.ndarray, faul
     elif op == "wgrad":
         ymat = y.reshape(-1, y.shape[-1])                                 # (N Z P Q) x K
         out = (ymat.T @ _im2col(x, p, g, outs)).reshape(p.shape("w"))
+        if "conv_swapped_filter_axes" in faults and out.shape[2] == out.shape[3]:
+            out = out.transpose(0, 1, 3, 2, 4).copy()        # the gradient written with R and S exchanged
     else:
         # dgrad is the adjoint of fprop's im2col: scatter dy @ w back through the same index map
         ymat = y.reshape(-1, y.shape[-1])

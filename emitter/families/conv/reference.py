@@ -120,7 +120,8 @@ def compare(got: np.ndarray, want: np.ndarray, poisoned: np.ndarray, tol: float)
     """Verdict for decoded output `got` against `want`; `poisoned` marks elements still holding the poison."""
     unwritten = int(poisoned.sum())
     nonfinite = int((~np.isfinite(got) & ~poisoned).sum())
-    diff = np.where(poisoned, 0.0, got - want)
+    with np.errstate(invalid="ignore"):
+        diff = np.where(poisoned, 0.0, got - want)
     denom = float(np.linalg.norm(want)) or 1.0
     rel = float(np.linalg.norm(np.nan_to_num(diff, nan=np.inf))) / denom if nonfinite == 0 else float("inf")
     worst_idx = np.unravel_index(int(np.argmax(np.abs(np.nan_to_num(diff, nan=np.inf)))), got.shape) if got.size else ()

@@ -103,7 +103,9 @@ def compare(cfg: ConvConfig, p: ConvProblem, inputs: Inputs, outputs: Mapping[st
     if cfg.a is DType.bf16:
         tol = max(tol, _reference.tolerance("bf16", k))
     verdict = _reference.compare(got, reference, poisoned, tol)
-    verdict["mismatches"] = int((np.abs(np.where(poisoned, 0, got - reference)) > 1e-2 * (1 + np.abs(reference))).sum())
+    with np.errstate(invalid="ignore"):
+        bad = np.abs(np.where(poisoned, 0.0, got - reference)) > 1e-2 * (1 + np.abs(reference))
+    verdict["mismatches"] = int(bad.sum())
     return verdict
 
 

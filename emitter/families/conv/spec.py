@@ -133,7 +133,9 @@ def _default_accumulator(a: DType) -> DType:
 def _build(point: Assign) -> ConvInstance:
     arch: Arch = point["arch"]
     a: DType = point["a"]
-    c: DType = point.get("c", a)
+    c: DType = point.get("c", DType.f32 if a is DType.tf32 else a)
+    if c is DType.tf32:            # tf32 is a math mode: its outputs are f32
+        c = DType.f32
     acc: DType = point.get("accumulator", _default_accumulator(a))
     compute: DType = point.get("epilogue_compute", DType.f32 if acc is DType.s32 else acc)
     three = arch.cutlass_major == 3
@@ -146,7 +148,7 @@ def _build(point: Assign) -> ConvInstance:
     default_stride = StrideSupport.unity if (op is ConvOp.dgrad and not three) else StrideSupport.strided
     return ConvInstance(
         arch=arch, op=op, layout=point.get("layout", Layout.nhwc), a=a, c=c, accumulator=acc,
-        epilogue_compute=compute, tile=tile, warp=None if three else warp,
+        epilogue_compute=compute, tile=tile, warp=warp,
         cluster=point.get("cluster", Shape3(1, 1, 1)) if three else point.get("cluster"),
         instruction=point.get("instruction"), stages=point.get("stages", AUTO),
         iterator=point.get("iterator", IteratorAlgorithm.optimized),
