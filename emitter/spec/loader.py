@@ -164,7 +164,7 @@ class _Builder:
                            allowed="a number that fits a double")
         try:
             value = self.constructor.construct_object(node)
-        except (ValueError, OverflowError, yaml.constructor.ConstructorError) as e:
+        except (ValueError, OverflowError, IndexError, TypeError, KeyError, yaml.YAMLError) as e:   # `!!int ` (empty)
             raise self.err(node, path, f"cannot read the value: {e}", value=text[:40]) from None
         if isinstance(value, float) and value in (float("inf"), float("-inf")) and node.tag == _FLOAT_TAG \
                 and plain and not text.lstrip("+-").lower().startswith(".inf"):
@@ -203,14 +203,16 @@ def parse_text(text: str, file: str) -> Document:
                         fix="remove the control character (or NUL byte); specs are plain UTF-8 text") from None
     except yaml.MarkedYAMLError as e:
         problem, context = e.problem_mark, e.context_mark
-        opens = bool(e.context) and e.context.startswith(("while scanning a quoted", "while parsing a flow",
-                                                          "while scanning a block scalar"))
+        # an unterminated quote runs to the end of the file: where it opens is the line to show
+        opens = bool(e.context) and e.context.startswith(("while scanning a quoted", "while scanning a block scalar"))
         mark = context if (opens and context is not None) else (problem or context)
         line = mark.line + 1 if mark is not None else None
         message = f"invalid YAML: {e.problem or e.context}"
         if opens and context is not None:
             message = f"invalid YAML: {e.context[6:]} that opens here is never closed ({e.problem}"
             message += f" at line {problem.line + 1})" if problem is not None else ")"
+        elif e.context and context is not None and problem is not None and context.line != problem.line:
+            message += f" ({e.context} opened at line {context.line + 1})"
         raise SpecError(message, file=file, line=line,
                         fix="check indentation, colons, quotes and brackets near this line") from None
     except yaml.YAMLError as e:
