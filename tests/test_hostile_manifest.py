@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -241,3 +242,34 @@ def test_validate_accepts_what_emit_writes(tmp_path):
     res = emit([ROOT / "configs" / "gemm" / "sm80.yaml"], tmp_path / "o")
     validate(json.loads((tmp_path / "o" / "manifest.json").read_text()))
     assert res.instances
+
+
+# ------------------------------------------------------------------------------- property
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=12),
+                     lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=10), c, max_size=5),
+                     max_leaves=25)
+_FIELD = st.sampled_from(["name", "family", "arch", "source", "spec", "spec_hash", "config"])
+
+
+@settings(max_examples=int(os.environ.get("EMITTER_HYPOTHESIS_EXAMPLES", "200")), deadline=2000,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(base=st.lists(st.fixed_dictionaries({}, optional={k: _JSON for k in
+                                                         ("name", "family", "arch", "source", "spec", "spec_hash",
+                                                          "config")}), max_size=3),
+       junk=_JSON, field=_FIELD)
+def test_random_manifests_give_manifest_error_or_pass(base, junk, field):
+    """validate() answers any JSON with ManifestError or a manifest whose names and sources are safe."""
+    instances = [dict(entry(f"k{i}"), **b) for i, b in enumerate(base)]
+    if instances:
+        instances[0][field] = junk
+    for data in (_m(instances), junk, _m(junk)):
+        try:
+            out = validate(data)
+        except ManifestError as e:
+            assert str(e)
+            continue
+        for inst in out["instances"]:
+            assert re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", inst["name"])
+            assert not os.path.isabs(inst["source"]) and ".." not in inst["source"].split("/")

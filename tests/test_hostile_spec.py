@@ -149,6 +149,18 @@ def test_sweep_cap_counts_every_entry_together(tmp_path):
     assert_clean(code, out, "together expand to more than 5", "kernels[1]")
 
 
+def test_exclude_matching_work_is_bounded(tmp_path):
+    spec = tmp_path / "s.yaml"
+    excl = ", ".join(f"{{tile: {m}x128x32, stages: {st}}}" for m in range(16, 4096, 16) for st in range(2, 12))
+    spec.write_text("arch: sm80\ndtype: [f16, bf16, f32, f64]\nstages: [2, 3, 4, 5, 6, 7, 8, 9, 10, 11]\n"
+                    "swizzle: [1, 2, 4, 8]\ntile: [" + ", ".join(f"{m}x{n}x32" for m in range(16, 1040, 16)
+                                                        for n in (64, 128, 256)) + f"]\nexclude: [{excl}]\n")
+    t0 = time.perf_counter()
+    code, out = cli("emit", spec, "-o", tmp_path / "o")
+    assert time.perf_counter() - t0 < 10
+    assert_clean(code, out, "exclude entries against", "too much matching", "key:     exclude")
+
+
 def test_exclude_list_is_capped_too(tmp_path):
     spec = tmp_path / "s.yaml"
     spec.write_text("arch: sm80\ndtype: f16\ntile: 128x128x32\n"

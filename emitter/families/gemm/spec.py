@@ -401,6 +401,7 @@ def _matches(point: Assign, excl: Assign) -> bool:
 
 
 _MISSING = object()
+_EXCLUDE_WORK = 5_000_000   # about 5 s of matching at most
 
 
 def expand_entry(doc: Document, path: KeyPath, entry: Any,
@@ -420,7 +421,16 @@ def expand_entry(doc: Document, path: KeyPath, entry: Any,
             raise ctx.err(path, f"missing required key '{key}'", allowed=list(REQUIRED),
                           fix=f"add `{key}:` to this spec")
     axes = _axes(ctx, path, entry, key_paths)
-    exclusions = _exclusions(ctx, (key_paths or {}).get("exclude", path + ("exclude",)), entry.get("exclude"))
+    excl_path = (key_paths or {}).get("exclude", path + ("exclude",))
+    exclusions = _exclusions(ctx, excl_path, entry.get("exclude"))
+    combos = 1
+    for a in axes:
+        combos *= len(a)
+    if combos * len(exclusions) > _EXCLUDE_WORK:   # each combination is matched against each exclude entry
+        raise ctx.err(excl_path, f"{len(exclusions):,} exclude entries against {combos:,} combinations is too much "
+                                 f"matching ({combos * len(exclusions):,} comparisons)", value=len(exclusions),
+                      allowed=f"combinations x exclude entries up to {_EXCLUDE_WORK:,}",
+                      fix="narrow the sweep or write fewer, broader exclude entries (an entry may leave keys out)")
     for combo in itertools.product(*axes):
         point = _merge(combo)
         if any(_matches(point, e) for e in exclusions):
