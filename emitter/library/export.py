@@ -220,7 +220,7 @@ def _render(template: str, **ctx: Any) -> str:
 def export_library(manifest_dirs: Sequence[str | Path], name: str, out: str | Path, *,
                    tuning: Sequence[str | Path] = (), select: Sequence[str] = (), exclude: Sequence[str] = (),
                    archs: Sequence[str] = (), vendor_cutlass: bool = False, force: bool = False,
-                   lib_version: str = "1.0.0") -> ExportResult:
+                   lib_version: str = "1.0.0", allow_unmeasured_tuning: bool = False) -> ExportResult:
     from emitter.selection import select as select_entries
 
     name = check_name(name)
@@ -254,6 +254,13 @@ def export_library(manifest_dirs: Sequence[str | Path], name: str, out: str | Pa
     if not kept:
         raise LibraryError(f"no instance to export: the manifests hold {len(entries)}, the selection kept "
                            f"{len(chosen)}" + (f", and {len(skipped)} were left out ({skipped[0]['reason']})" if skipped else ""))
+    # GEMM is the library's own family; other families plug in through emitter.library.pieces
+    family_entries = [e for e in kept if e.get("family", "gemm") != "gemm"]
+    kept = [e for e in kept if e.get("family", "gemm") == "gemm"]
+    if not kept:
+        raise LibraryError(f"no GEMM instance to export: the selection kept {len(family_entries)} instance(s) of "
+                           f"other families only; a library needs at least one GEMM kernel (its C API and tables "
+                           f"are built around them)")
     try:
         kernels = kernel_records(kept)
     except ValueError as e:
@@ -270,7 +277,7 @@ def export_library(manifest_dirs: Sequence[str | Path], name: str, out: str | Pa
             raise LibraryError(f"{src}: missing (listed in {root / 'manifest.json'}); run `emitter emit` again") from None
 
     # ---- tuning ----
-    t_entries = load_all(tuning)
+    t_entries = load_all(tuning, allow_unmeasured=allow_unmeasured_tuning)
     tuning_recs, dropped, notes = resolve_tuning(kernels, t_entries)
     check_tuning_invariant(kernels, tuning_recs)
     if not tuning:
@@ -310,6 +317,11 @@ def export_library(manifest_dirs: Sequence[str | Path], name: str, out: str | Pa
         api_functions=API_FUNCTIONS, cutlass_default=cutlass_root, cutlass_version=cutlass_version,
         vendored_cutlass=vendor_cutlass,
     )
+    from emitter.library import pieces as library_pieces
+
+    family_pieces = library_pieces.collect(family_entries, root_of, ctx, LibraryError)
+    ctx.update(library_pieces.context(family_pieces))
+    ctx["api_functions"] = API_FUNCTIONS + tuple(f[0] for p in family_pieces for f in p.c_functions)
     files: dict[str, str] = {
         "CMakeLists.txt": _render("CMakeLists.txt.j2", **ctx),
         f"cmake/{name}Config.cmake.in": _render("Config.cmake.in.j2", **ctx),
@@ -328,6 +340,12 @@ def export_library(manifest_dirs: Sequence[str | Path], name: str, out: str | Pa
     for k in kernels:
         files[f"src/instances/{k.name}.cu"] = sources[k.name]
         files[f"src/instances/{k.name}.launch.cu"] = _render("launch.cu.j2", k=k, **ctx)
+    for p in family_pieces:
+        for rel, text in p.files.items():
+            if rel in files or rel.startswith("/") or ".." in Path(rel).parts:
+                raise LibraryError(f"the {p.family} family's library pieces write {rel!r}, which is not a new "
+                                   f"relative path inside the library (a bug in the family)")
+            files[rel] = text
 
     # ---- the output directory ----
     old_manifest = out / "manifest.json"

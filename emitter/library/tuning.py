@@ -149,7 +149,21 @@ def _cc(gpu: Any) -> int:
     return 0
 
 
-def load(path: str | Path) -> list[TuningEntry]:
+def unmeasured(data: dict[str, Any]) -> str | None:
+    """Why a tuning table was not measured on a real GPU (None when nothing says so): `emitter profile
+    --backend fake` writes gpu.name "fake GPU (numpy backend)" (and gpu.cc 9.0, which would otherwise pass for an
+    H100's); a table may also say backend: fake (top level or under gpu)."""
+    gpu = data.get("gpu")
+    backend = data.get("backend") or (gpu.get("backend") if isinstance(gpu, dict) else None)
+    if isinstance(backend, str) and backend.lower() == "fake":
+        return "its backend is 'fake'"
+    name = gpu.get("name") if isinstance(gpu, dict) else None
+    if isinstance(name, str) and name.lower().startswith("fake"):
+        return f"its gpu.name is {name!r} (`emitter profile --backend fake`: modelled times, not measurements)"
+    return None
+
+
+def load(path: str | Path, allow_unmeasured: bool = False) -> list[TuningEntry]:
     p = Path(path)
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
@@ -165,6 +179,12 @@ def load(path: str | Path) -> list[TuningEntry]:
     kind = data.get("kind")
     if kind is not None and kind != "emitter.tuning_table":
         raise TuningError(f"{p}: kind {kind!r} is not a tuning table (expected 'emitter.tuning_table')")
+    why = unmeasured(data)
+    if why and not allow_unmeasured:
+        raise TuningError(f"{p}: this tuning table was not measured on a real GPU: {why}. Its choices would be "
+                          f"dispatched as if timed on a cc {_cc(data.get('gpu')) / 10:.1f} GPU. Profile on the GPU "
+                          f"(emitter profile without --backend fake), or pass --allow-unmeasured-tuning to export it "
+                          f"anyway (tests, demos)")
     gpu_cc = _cc(data.get("gpu"))
     out = []
     for i, e in enumerate(data["entries"]):
@@ -188,8 +208,8 @@ def load(path: str | Path) -> list[TuningEntry]:
     return out
 
 
-def load_all(paths: Sequence[str | Path]) -> list[TuningEntry]:
+def load_all(paths: Sequence[str | Path], allow_unmeasured: bool = False) -> list[TuningEntry]:
     out: list[TuningEntry] = []
     for p in paths:
-        out.extend(load(p))
+        out.extend(load(p, allow_unmeasured))
     return out
