@@ -103,7 +103,8 @@ def main() -> int:
         torch = None
 
     from emitter.dtypes import DType
-    from emitter.runtime.backend import GemmBuffers, GemmProblem
+    from emitter.families.gemm.inputs import gemm_buffers
+    from emitter.families.gemm.problem import GemmProblem
     from emitter.runtime.hostdata import decode, encode
     from emitter.runtime.options import SchedulerOptions
     from emitter.runtime.backend import create_backend
@@ -129,8 +130,8 @@ def main() -> int:
             outputs = {}
 
             def ours(kernel, options: int, key: str = "") -> tuple[float, float]:
-                buf = GemmBuffers(A=a_bits, B=b_bits, C=np.zeros((m, n), np.float32),
-                                  D=np.full((m, n), np.nan, np.float32))
+                buf = gemm_buffers(A=a_bits, B=b_bits, C=np.zeros((m, n), np.float32),
+                                   D=np.full((m, n), np.nan, np.float32))
                 res = backend.run(kernel, GemmProblem(m, n, k, options=options), buf)
                 outputs[key] = res.D.reshape(m, n)
                 return errors(outputs[key], ref)

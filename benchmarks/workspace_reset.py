@@ -36,9 +36,9 @@ def main() -> int:
     args = ap.parse_args()
 
     from emitter.manifest import load
-    from emitter.profile.baselines import cublas
-    from emitter.profile.check import check, poison_d
-    from emitter.profile import workload as wl
+    from emitter.families.gemm import workload as wl
+    from emitter.families.gemm.baselines import cublas
+    from emitter.families.gemm.profile_check import check, poison_d
     from emitter.profile.config import Problem, parse_config_text
     from emitter.profile.records import Op
     from emitter.profile.worker import GpuEngine

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from emitter.runtime.config import GemmConfig
+from emitter.families.gemm.config import GemmConfig
 from emitter.runtime.options import OptionsError, SchedulerOptions, distinct, launch_key, unsupported
 
 ROOT = Path(__file__).resolve().parents[1]

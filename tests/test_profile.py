@@ -376,8 +376,8 @@ def test_fp8_baseline_uses_fast_accum_like_the_op():
     """torch._scaled_mm's use_fast_accum follows the op (without torch: the choice and the provider text)."""
     from types import SimpleNamespace as NS
 
-    from emitter.profile.baselines import scaled_mm_provider, use_fast_accum
-    from emitter.profile.workload import op_config
+    from emitter.families.gemm.baselines import scaled_mm_provider, use_fast_accum
+    from emitter.families.gemm.workload import op_config
 
     plain = Op("e4m3", "e4m3", "bf16", "bf16", "row", "col", "row")
     fast = Op("e4m3", "e4m3", "bf16", "bf16", "row", "col", "row", fast_accum=True)
@@ -620,7 +620,7 @@ def test_scheduler_top_times_the_variants_on_the_fastest_kernels_only(manifest_d
     """`scheduler: {..., top: K}`: every kernel is timed at its compiled-in choices (each split-K count); the
     other variants only on the K kernels of each (op, problem) with the smallest median there, at that
     kernel's best split count. The variants then compete in the selection like any other measurement."""
-    from emitter.runtime.config import GemmConfig
+    from emitter.families.gemm.config import GemmConfig
     from emitter.runtime.options import distinct, unsupported
 
     cfg = _fake_config(manifest_dir, "scheduler: {swizzle: [null, 2, 4], top: 2}\n")
@@ -667,7 +667,7 @@ def test_a_sweep_times_each_launch_once(manifest_dir, tmp_path):
     """Variants that CUTLASS's persistent scheduler resolves alike (a swizzle the tile grid caps, a raster equal
     to what `heuristic` picks) are one launch: timed once, the first of them in sweep order; the stream-K
     scheduler is not modelled, so its kernels get every variant."""
-    from emitter.runtime.config import GemmConfig
+    from emitter.families.gemm.config import GemmConfig
     from emitter.runtime.options import launch_key
 
     cfg = parse_config_text(f"manifests: [{manifest_dir}]\nproblems: [{{m: 128, n: 4096, k: 512}}]\n"
@@ -786,8 +786,8 @@ class _HostArena:
 
 @pytest.mark.parametrize("layout_a,layout_b,beta", [("row", "col", 0.0), ("col", "row", 0.5)])
 def test_sampled_host_check_passes_right_and_catches_wrong(layout_a, layout_b, beta):
-    from emitter.profile.check import check_host
-    from emitter.profile.workload import OperandSet, ProblemData, gemm_problem, layouts, op_config
+    from emitter.families.gemm.profile_check import check_host
+    from emitter.families.gemm.workload import OperandSet, ProblemData, gemm_problem, layouts, op_config
     from emitter.runtime.hostdata import decode, encode, poison_value
 
     op = Op("bf16", "bf16", "bf16", "bf16", layout_a, layout_b, "row")
@@ -871,8 +871,8 @@ def test_fake_run_kills_a_hanging_kernel(manifest_dir, tmp_path):
 def test_gpu_engine_kernel_flow_without_a_gpu(monkeypatch):
     """GpuEngine.kernel's order (poison, launch, check, time, check again) and its record, with the device
     pieces replaced by stand-ins: a check that fails only after the timed launches must fail the kernel."""
-    import emitter.profile.check as chk
-    import emitter.profile.workload as wl
+    import emitter.families.gemm.profile_check as chk
+    import emitter.families.gemm.workload as wl
     from emitter.profile.timing import Measured
     from emitter.profile.worker import GpuEngine
 
@@ -911,7 +911,8 @@ def test_gpu_engine_kernel_flow_without_a_gpu(monkeypatch):
     eng = GpuEngine.__new__(GpuEngine)
     eng.config, eng.timer, eng.stream, eng.use_torch = cfg_text(BASE), Timer(), Stream(), True
     eng.extra = lambda data: {"rotation_sets": 2}
-    kernel = type("K", (), {"config": None, "name": "k"})()
+    from emitter.families.base import runtime_family
+    kernel = type("K", (), {"config": None, "name": "k", "hooks": runtime_family("gemm")})()
     data = type("D", (), {"sets": [0, 1]})()
     m = eng.kernel(kernel, data, Measurement("kernel", "k", "emitter", OP, P))
     assert calls == ["prepare", "poison", "launch0", "check", "time", "poison", "launch0", "check", "free"]
@@ -927,7 +928,7 @@ def test_launches_skip_the_workspace_memset_only_where_a_launch_leaves_it_zeroed
     its workspace is zeroed again before the first timed launch. A workspace too large to read back keeps it."""
     import numpy as np
 
-    from emitter.profile.workload import _WS_SCAN_LIMIT, KernelLaunch
+    from emitter.families.gemm.workload import _WS_SCAN_LIMIT, KernelLaunch
 
     memory = {100: np.zeros(64, np.uint8), 200: np.zeros(64, np.uint8)}   # two sets' workspaces, as initialize() left them
     launched: list = []
@@ -982,8 +983,8 @@ def test_launches_skip_the_workspace_memset_only_where_a_launch_leaves_it_zeroed
 def test_gpu_engine_head_to_head_without_a_gpu(monkeypatch):
     """GpuEngine.head_to_head interleaves the winner's launch (its split-K count and options) with cuBLAS's on
     one stream and frees the kernel's launch state even when timing fails."""
-    import emitter.profile.baselines as bl
-    import emitter.profile.workload as wl
+    import emitter.families.gemm.baselines as bl
+    import emitter.families.gemm.workload as wl
     from emitter.profile.worker import GpuEngine
 
     seen: dict = {}
@@ -1015,12 +1016,14 @@ def test_gpu_engine_head_to_head_without_a_gpu(monkeypatch):
     eng = GpuEngine.__new__(GpuEngine)
     eng.timer, eng.stream = Timer(), "S"
     data = type("D", (), {"sets": [0, 1, 2]})()
-    got = eng.head_to_head(object(), data, Measurement("kernel", "k", "emitter", OP, P, split_k=3, options=5), "cublas")
+    from emitter.families.base import runtime_family
+    gemm_kernel = type("K", (), {"hooks": runtime_family("gemm")})()
+    got = eng.head_to_head(gemm_kernel, data, Measurement("kernel", "k", "emitter", OP, P, split_k=3, options=5), "cublas")
     assert got == (stats, stats) and seen == {"launch": ("S", 3, 5), "cublas": "S", "interleave": (2, 3), "freed": True}
     seen.clear()
     eng.timer.fail = True
     with pytest.raises(RuntimeError, match="boom"):
-        eng.head_to_head(object(), data, Measurement("kernel", "k", "emitter", OP, P), "cublas")
+        eng.head_to_head(gemm_kernel, data, Measurement("kernel", "k", "emitter", OP, P), "cublas")
     assert seen["freed"]
 
 # ------------------------------------------------------------------------------------------ split-K sweep

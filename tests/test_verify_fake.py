@@ -21,15 +21,17 @@ import pytest
 
 from emitter.dtypes import DType
 from emitter.errors import SpecError
-from emitter.runtime.backend import GemmProblem
-from emitter.runtime.config import GemmConfig
-from emitter.runtime.hostdata import MatrixLayout, bits_of, decode, encode, poison_value, quantize
-from emitter.runtime.shim import EmitterGemmProblem, EmitterLaunch
-from emitter.verify.check import int_plan, make_inputs
+from emitter.families.gemm.abi import EmitterGemmProblem
+from emitter.families.gemm.config import GemmConfig
+from emitter.families.gemm.inputs import int_plan, make_inputs
+from emitter.families.gemm.layout import MatrixLayout
+from emitter.families.gemm.problem import GemmProblem
+from emitter.families.gemm.reference import apply_activation, compare, reference_gemm, tolerance
+from emitter.runtime.hostdata import bits_of, decode, encode, poison_value, quantize
+from emitter.runtime.shim import EmitterLaunch
 from emitter.verify.problems import (
     VerifyProblem, cannot_run_reason, default_problems, load_problem_file, problems_from_options,
 )
-from emitter.verify.reference import apply_activation, compare, reference_gemm, tolerance
 from emitter.verify.report import exit_code, instance_status, to_json, to_junit
 from emitter.verify.runner import VerifyOptions, verify
 
@@ -102,18 +104,18 @@ def test_default_problems_respect_alignment_and_enable_modes():
     cfg = GemmConfig.from_entry(entry("x", layout_a="col", layout_b="row", layout_c="col", batched=True,
                                       split_k="serial"))
     probs = default_problems(cfg)
-    assert all(cannot_run_reason(cfg, p.gemm) is None for p in probs)
-    sizes = {p.gemm.m for p in probs}
+    assert all(cannot_run_reason(cfg, p.problem) is None for p in probs)
+    sizes = {p.problem.m for p in probs}
     assert any(m % 128 for m in sizes)                     # non tile multiples
-    assert any(p.gemm.beta == 0 for p in probs) and any(p.gemm.beta != 0 for p in probs)
-    assert any(p.gemm.batch > 1 for p in probs) and any(p.gemm.split_k > 1 for p in probs)
-    assert any(p.gemm.lda for p in probs)                   # padded leading dimensions
+    assert any(p.problem.beta == 0 for p in probs) and any(p.problem.beta != 0 for p in probs)
+    assert any(p.problem.batch > 1 for p in probs) and any(p.problem.split_k > 1 for p in probs)
+    assert any(p.problem.lda for p in probs)                   # padded leading dimensions
     assert {p.data for p in probs} == {"int", "normal"}
-    assert any(p.gemm.m == 4096 for p in probs)
+    assert any(p.problem.m == 4096 for p in probs)
     # row-major A with row-major C: m is free of alignment, so m=1 is there
     cfg2 = GemmConfig.from_entry(entry("y"))
-    assert any(p.gemm.m == 1 for p in default_problems(cfg2, quick=True))
-    assert not any(p.gemm.batch > 1 or p.gemm.split_k > 1 for p in default_problems(cfg2, quick=True))
+    assert any(p.problem.m == 1 for p in default_problems(cfg2, quick=True))
+    assert not any(p.problem.batch > 1 or p.problem.split_k > 1 for p in default_problems(cfg2, quick=True))
     assert len({p.label for p in probs}) == len(probs)
 
 
@@ -128,7 +130,7 @@ def test_cannot_run_reason_names_the_rule():
 
 def test_user_problems_from_options_and_file(tmp_path):
     ps = problems_from_options("127,129", "64", "32", beta="0,0.5", data="normal")
-    assert [(p.gemm.m, p.gemm.beta) for p in ps] == [(127, 0.0), (127, 0.5), (129, 0.0), (129, 0.5)]
+    assert [(p.problem.m, p.problem.beta) for p in ps] == [(127, 0.0), (127, 0.5), (129, 0.0), (129, 0.5)]
     assert all(p.source == "user" for p in ps)
     with pytest.raises(SpecError, match="missing --k"):
         problems_from_options("1", "2", None)
@@ -137,7 +139,7 @@ def test_user_problems_from_options_and_file(tmp_path):
     f = tmp_path / "p.yaml"
     f.write_text("problems:\n  - {m: 1000, n: 517, k: 129}\n  - {m: 64, n: 64, k: 64, beta: 0.5, data: int, lda: 72}\n")
     ps = load_problem_file(f)
-    assert len(ps) == 3 and ps[-1].gemm.lda == 72 and ps[-1].data == "int"
+    assert len(ps) == 3 and ps[-1].problem.lda == 72 and ps[-1].data == "int"
     f.write_text("problems:\n  - {m: 10, n: 10, k: 10}\n  - {m: 10, n: 10, kk: 10}\n")
     with pytest.raises(SpecError) as e:
         load_problem_file(f)
@@ -213,7 +215,7 @@ FP8 = dict(a="e4m3", b="e4m3", c="bf16", d="bf16", arch="sm90a")
 
 
 def test_fp8_fast_accum_tolerance_grows_with_k():
-    from emitter.verify.reference import element_tolerances, fast_accum_tolerance
+    from emitter.families.gemm.reference import element_tolerances, fast_accum_tolerance
 
     plain = GemmConfig.from_entry(entry("x", **FP8))
     fast = fast_accum_config(**FP8)
@@ -340,11 +342,11 @@ def test_inputs_never_zero_and_padding_poisoned():
     p = GemmProblem(16, 16, 16, lda=24, ldb=32, ldc=24, ldd=40).resolved(cfg)
     inp = make_inputs(cfg, p, "normal", 1)
     assert np.count_nonzero(inp.A) == inp.A.size
-    a = decode(inp.buffers.A, DType.f16)
+    a = decode(inp.buffers['A'], DType.f16)
     outside = np.ones(a.size, bool)
     outside[inp.layouts["A"].index().ravel()] = False
     assert np.isnan(a[outside]).all()
-    assert (bits_of(inp.buffers.D) == bits_of(np.asarray(poison_value(DType.f16)).reshape(1))[0]).all()
+    assert (bits_of(inp.buffers['D']) == bits_of(np.asarray(poison_value(DType.f16)).reshape(1))[0]).all()
     i1 = make_inputs(cfg, p, "int", 3)
     i2 = make_inputs(cfg, p, "int", 3)
     assert np.array_equal(i1.A, i2.A) and i1.exact
@@ -590,9 +592,10 @@ _MOCK_DRIVER = textwrap.dedent(r'''
             self.max_dynamic_shared = 48 * 1024
         def allow_shared(self, n): self.max_dynamic_shared = max(self.max_dynamic_shared, n)
         def launch(self, grid, block, shared, stream, packed):
-            from emitter.runtime.shim import EmitterGemmProblem
-            from emitter.runtime.hostdata import MatrixLayout, decode, encode
-            from emitter.runtime.config import GemmConfig
+            from emitter.families.gemm.abi import EmitterGemmProblem
+            from emitter.families.gemm.layout import MatrixLayout
+            from emitter.runtime.hostdata import decode, encode
+            from emitter.families.gemm.config import GemmConfig
             assert shared <= self.max_dynamic_shared, "dynamic shared memory limit not raised"
             # by value: the Params bytes travel in the launch itself (the mock shim's Params = the problem)
             p = EmitterGemmProblem.from_buffer_copy(packed.data()[:ctypes.sizeof(EmitterGemmProblem)])
@@ -677,9 +680,9 @@ def test_sourceless_instances_verify_with_beta_zero_and_refuse_beta(tmp_path):
     twin = entry("src", arch="sm90a", cluster=[1, 1, 1], warp=None, tile=[128, 128, 64])
     assert not cfg.source and GemmConfig.from_entry(twin).source
     probs = default_problems(cfg, quick=True)
-    assert probs and all(p.gemm.beta == 0.0 for p in probs)
+    assert probs and all(p.problem.beta == 0.0 for p in probs)
     with_c = default_problems(GemmConfig.from_entry(twin), quick=True)
-    assert {(p.gemm.m, p.gemm.n, p.gemm.k) for p in probs} == {(p.gemm.m, p.gemm.n, p.gemm.k) for p in with_c}
+    assert {(p.problem.m, p.problem.n, p.problem.k) for p in probs} == {(p.problem.m, p.problem.n, p.problem.k) for p in with_c}
     assert "no C operand" in cannot_run_reason(cfg, GemmProblem(128, 128, 128, beta=0.5))
     run = run_fake(tmp_path, [e])
     res = by_problem(run)

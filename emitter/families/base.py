@@ -58,6 +58,8 @@ EMIT_HOOKS = ("expand_entry", "resolve", "instance_name", "render_instance")
 #   data     an input kind the family draws (GEMM: "int" = small integers checked bit for bit,
 #            "normal" = random normal checked with tolerance); DATA_KINDS lists them.
 #   storage  numpy arrays holding the bytes a device buffer holds (emitter.runtime.hostdata codecs).
+#   FAMILY   the config, problem and profile-op classes carry a class attribute FAMILY = "<name>", so a
+#            stage holding one of them finds its hooks (runtime_family(type(obj).FAMILY)).
 
 @dataclass(frozen=True)
 class Footprint:
@@ -123,8 +125,9 @@ class RuntimeFamily(Protocol):
     parse_problem(text, where="<command line>") -> list[dict]
         one `--problem` string (GEMM "MxNxK[xB]" or "m=..,n=..,k=..[,alpha=..]"; attention
         "b=2,hq=16,hkv=4,sq=1000,sk=1000,d=128") -> problem mappings; SpecError on bad text
-    problem_from_mapping(item, where, line, key_path) -> problem
-        a checked problem from a mapping (keys in PROBLEM_KEYS minus data/label); SpecError names the key
+    problem_from_mapping(item, where, line, key_path[, key_lines=None]) -> problem
+        a checked problem from a mapping (keys in PROBLEM_KEYS minus data/label); SpecError names the key;
+        optional keyword key_lines {key: line} (problem files) is passed only where the hook declares it
     default_problems(config, quick=False) -> list[(problem, data)]
         the default verify set (quick: leaves out the largest, for CI / fake backend)
     not_supported_reasons(config, problem) -> list[str]
@@ -168,6 +171,11 @@ class RuntimeFamily(Protocol):
     profile_check(data, config, use_torch, **run_options) -> dict
         poison the outputs of set 0, (the caller launched) compare with the reference: {"passed", "reason",
         "rel_err", "tolerance", "unwritten", "nonfinite", "mismatches", "reference"}
+    profile_poison(data, set_index=0) -> None
+        poison the outputs of operand set `set_index` (the profiler calls it, launches once, then profile_check)
+    profile_fake_problem(config, problem, settings, limit, **run_options) -> problem
+        the fake profile engine's check problem: the profile problem shrunk to at most `limit` per size
+    BASELINE_PROVIDERS: dict[str, str]   (optional) what each baseline calls, for records before it ran
     """
 
     NAME: str
@@ -201,6 +209,9 @@ class RuntimeFamily(Protocol):
     def kernel_launch(self, kernel: Any, data: Any, stream: Any, **run_options: Any) -> Any: ...
     def baseline(self, name: str, data: Any, stream: Any) -> BaselineLaunch: ...
     def profile_check(self, data: Any, config: Any, use_torch: bool, **run_options: Any) -> dict[str, Any]: ...
+    def profile_poison(self, data: Any, set_index: int = 0) -> None: ...
+    def profile_fake_problem(self, config: Any, problem: Any, settings: Any, limit: int = 64,
+                             **run_options: Any) -> Any: ...
 
 
 VERIFY_HOOKS = (
@@ -210,6 +221,7 @@ VERIFY_HOOKS = (
 )
 PROFILE_HOOKS = (
     "profile_op", "profile_set_bytes", "profile_allocate", "kernel_launch", "baseline", "profile_check",
+    "profile_poison", "profile_fake_problem",
 )
 RUNTIME_DATA = ("NAME", "DATA_KINDS", "PROBLEM_KEYS", "FAKE_FAULTS", "BASELINES")
 

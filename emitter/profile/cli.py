@@ -3,39 +3,66 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import click
 
 from emitter.selection import selection_options
+from emitter.verify.cli import problem_flags
 
-_PROBLEM_RE = re.compile(r"^(\d+)x(\d+)x(\d+)(?:x(\d+))?$")
+NAMED = ("square", "llm")
+DEFAULT_SET = "square"       # `emitter profile <manifest dir>` without problems
 
 
-def _problems(values: tuple[str, ...]):
+def _problems(values: tuple[str, ...], problems_file=None, m=None, n=None, k=None, batch=None,
+              families=None):
+    """Profile problems from the shared problem flags (emitter.verify.cli.problem_flags) and the named sets.
+
+    Each --problem string is a named set (square, llm) or a problem the kernel families parse (GEMM: MxNxK,
+    MxNxKxBATCH, m=..,n=..,k=..); the profile times sizes only (alpha and beta are the config's), so a problem
+    that sets anything else is refused rather than ignored."""
+    from emitter.errors import SpecError
     from emitter.profile.config import Problem, named_set
+    from emitter.verify.cli import user_problems
+    from emitter.verify.problems import hooks_of
 
     out = []
+    texts = []
     for v in values:
-        text = v.strip().lower()
-        if text in ("square", "llm"):
-            out += named_set(text)
-            continue
-        m = _PROBLEM_RE.match(text)
-        if not m:
-            raise click.BadParameter(f"{v!r}: write MxNxK, MxNxKxBATCH, square or llm", param_hint="--problem")
-        out.append(Problem(int(m[1]), int(m[2]), int(m[3]), int(m[4] or 1)))
+        t = v.strip().lower()
+        if t in NAMED:
+            out += named_set(t)
+        else:
+            texts.append(v)
+    vps = user_problems(tuple(texts), problems_file, m, n, k, batch, data="both", families=families)
+    for vp in vps:
+        hooks = hooks_of(vp.problem)
+        d = hooks.problem_to_dict(vp.problem)
+        try:
+            prob = Problem.from_dict(d)
+            same = hooks.problem_to_dict(hooks.problem_from_dict(prob.as_dict())) == d
+        except (KeyError, TypeError, ValueError):
+            prob, same = None, False
+        if not same or prob is None:
+            raise SpecError("profile problems are sizes only (m, n, k, batch): alpha and beta come from the "
+                            "profile config, leading dimensions and split-K from the kernels",
+                            file="<command line>", key_path="--problem", value=vp.label,
+                            fix="--problem 4096x4096x4096 (or square, llm)")
+        out.append(prob)
     return tuple(dict.fromkeys(out))
 
 
+def _manifest_source(config: Path) -> bool:
+    """True when CONFIG names a manifest (its directory or manifest.json) rather than a profile YAML."""
+    return config.is_dir() or config.name == "manifest.json"
+
+
 @click.command(name="profile")
-@click.argument("config", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("config", required=False, type=click.Path(path_type=Path))
 @click.option("-o", "--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="output directory (default: the config's output.dir, else results/)")
 @selection_options
-@click.option("--problem", "problems", multiple=True, metavar="MxNxK",
-              help="profile these problems instead of the config's (repeatable; also `square`, `llm`)")
+@problem_flags
 @click.option("--gpus", default=None, metavar="all|N|i,j", help="GPUs to shard problems over (default: config, all)")
 @click.option("--backend", type=click.Choice(["pycuda", "fake"]), default="pycuda", show_default=True,
               help="fake: no GPU; numpy checks and modelled times (CI, demos)")
@@ -63,10 +90,11 @@ def _problems(values: tuple[str, ...]):
 @click.option("--address", default=None, metavar="auto|ray://HOST:PORT",
               help="--executor ray: the cluster to join [default: $EMITTER_RAY_ADDRESS, else a local Ray instance]")
 def profile_cmd(config: Path | None, out: Path | None, select: tuple[str, ...], exclude: tuple[str, ...],
-                problems: tuple[str, ...], gpus: str | None, backend: str, no_check: bool, no_baseline: bool,
+                problem_texts: tuple[str, ...], problems_file: Path | None, m: str | None, n: str | None,
+                k: str | None, batch: str | None, gpus: str | None, backend: str, no_check: bool, no_baseline: bool,
                 quick: bool, all_kernels: bool, no_plots: bool, replay: Path | None, resume: bool, stall_timeout: float, options_text: str | None, tie_tolerance: float | None,
                 executor: str = "local", address: str | None = None) -> None:
-    """Profile the kernels of CONFIG (a profile YAML) against cuBLAS in the same run.
+    """Profile the kernels of CONFIG (a profile YAML, or a manifest directory) against cuBLAS in the same run.
 
     Each kernel is checked for correctness on each problem, then timed with CUDA events (warm-up, median of
     many launches, inputs rotated past L2). The best kernel per problem is chosen stably (ties within the
@@ -75,6 +103,7 @@ def profile_cmd(config: Path | None, out: Path | None, select: tuple[str, ...], 
 
     \b
     emitter profile configs/profile/llm_shapes.yaml -o results/
+    emitter profile generated/demo --problem 4096x4096x4096 --problem llm -o results/
     emitter profile configs/profile/square.yaml --select 'a=bf16' --problem 8192x8192x8192
     emitter profile --replay results/profile.json --all-kernels
     emitter profile --replay results/work -o results     # a run that was killed before it wrote profile.json
@@ -113,11 +142,26 @@ def profile_cmd(config: Path | None, out: Path | None, select: tuple[str, ...], 
             console.print(line)
         return
     if config is None:
-        raise click.UsageError("give a profile config (e.g. configs/profile/square.yaml) or --replay RESULTS.json")
+        raise click.UsageError("give a profile config (e.g. configs/profile/square.yaml), a manifest directory "
+                               "(generated/demo) or --replay RESULTS.json")
 
-    cfg = load_config(config)
-    if problems:
-        cfg = cfg.replace(problems=_problems(problems))
+    given = bool(problem_texts) or problems_file is not None or any(v is not None for v in (m, n, k, batch))
+    if _manifest_source(config):
+        from emitter.families.base import entry_family
+        from emitter.manifest import load, manifest_path
+        from emitter.profile.config import ProfileConfig, named_set
+
+        mpath = manifest_path(config)
+        families = sorted({entry_family(e) for e in load(config)["instances"]}) or None
+        probs = _problems(problem_texts, problems_file, m, n, k, batch, families) if given else ()
+        if not probs:
+            probs = tuple(named_set(DEFAULT_SET))
+            console.print(f"problems: the {DEFAULT_SET} set (default; choose with --problem)")
+        cfg = ProfileConfig(file=str(mpath), manifests=(str(mpath.resolve()),), problems=probs)
+    else:
+        cfg = load_config(config)
+        if given:
+            cfg = cfg.replace(problems=_problems(problem_texts, problems_file, m, n, k, batch))
     if no_check:
         cfg = cfg.replace(check=False)
     if no_baseline:
@@ -134,6 +178,8 @@ def profile_cmd(config: Path | None, out: Path | None, select: tuple[str, ...], 
     out_dir = out or Path(cfg.output.dir)
 
     the_plan = plan(cfg, select, exclude)
+    for note in the_plan.skipped:
+        console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
     if backend != "fake":
         missing = check_built(the_plan)
         if len(missing) == len(the_plan.instances):

@@ -53,7 +53,7 @@ from typing import Any, Callable
 
 from emitter.fsutil import atomic_write_json
 from emitter.profile.config import Problem, ProfileConfig, Timing
-from emitter.profile.records import OK, Measurement, Op, launch_label
+from emitter.profile.records import OK, Measurement, Op, launch_label, op_of
 from emitter.profile.worker import _short
 
 CONFIRM_FILE = "confirm.json"
@@ -375,7 +375,7 @@ def _one(engine: Any, config: ProfileConfig, instances: dict[str, dict[str, Any]
     if w["kernel"] not in loaded:
         loaded[w["kernel"]] = engine.load(Path(inst["root"]), inst["entry"])
     kernel = loaded[w["kernel"]]
-    op = Op.from_config(inst["entry"]["config"])
+    op = op_of(inst["entry"])
     problem = Problem(w["m"], w["n"], w["k"], w.get("batch", 1))
     data = engine.prepare(op, problem)
     m = Measurement("kernel", w["kernel"], "emitter", op, problem, split_k=w["split_k"], options=w["options"])

@@ -7,7 +7,7 @@ record with its status and reason, and the run goes on.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, Mapping
 
 from emitter.profile.config import Problem
 from emitter.profile.stats import TimingStats
@@ -27,7 +27,10 @@ _LETTER = {"row": "t", "col": "n"}
 
 @dataclass(frozen=True)
 class Op:
-    """What a kernel computes, apart from the problem size: the key kernels are compared under."""
+    """What a GEMM kernel computes, apart from the problem size: the key kernels are compared under (the GEMM
+    family's profile op: emitter.families.gemm.runtime.profile_op)."""
+
+    FAMILY: ClassVar[str] = "gemm"
 
     a: str
     b: str
@@ -82,6 +85,14 @@ class Op:
                    layout_b=cfg["layout_b"], layout_c=cfg["layout_c"], accumulator=cfg.get("accumulator", "f32"),
                    activation=ep.get("activation", "identity"), bias=ep.get("bias", "none"),
                    fast_accum=bool(cfg.get("fp8_fast_accum", False)))
+
+
+def op_of(entry: Mapping[str, Any]) -> Any:
+    """The op of a manifest entry, from its family's run-time hooks (profile_op of its config)."""
+    from emitter.runtime.backend import family_config
+
+    hooks, cfg = family_config(entry)
+    return hooks.profile_op(cfg)
 
 
 _BYTES = {"f16": 2, "bf16": 2, "f32": 4, "tf32": 4, "f64": 8, "s8": 1, "s32": 4, "e4m3": 1, "e5m2": 1}

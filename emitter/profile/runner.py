@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from emitter.errors import EmitterError, ManifestError
+from emitter.families.base import entry_family
 from emitter.profile.config import Problem, ProfileConfig, resolve_manifest
-from emitter.profile.records import FAULT, Measurement, Op
+from emitter.profile.records import FAULT, Measurement, Op, op_of
 from emitter.profile.worker import EXIT_FAULT
 
 MAX_RESTARTS = 16
@@ -35,6 +36,18 @@ class Plan:
     instances: list[dict[str, Any]]         # {"root", "manifest", "entry"}
     problems: list[Problem]
     manifests: list[str]
+    skipped: list[str] = field(default_factory=list)    # families left out, and why
+
+
+def _profilable(family: str) -> str | None:
+    """None when the family's run-time hooks provide profiling, else why not."""
+    from emitter.families.base import PROFILE_HOOKS, VERIFY_HOOKS, FamilyNotRunnable, runtime_family
+
+    try:
+        runtime_family(family, need=VERIFY_HOOKS + PROFILE_HOOKS)
+    except (FamilyNotRunnable, ImportError, EmitterError) as e:
+        return str(e)
+    return None
 
 
 def plan(config: ProfileConfig, select: tuple[str, ...] = (), exclude: tuple[str, ...] = (),
@@ -45,12 +58,20 @@ def plan(config: ProfileConfig, select: tuple[str, ...] = (), exclude: tuple[str
     instances: list[dict[str, Any]] = []
     seen: dict[str, str] = {}
     manifests = []
+    profilable: dict[str, str | None] = {}
+    skipped: list[str] = []
     for m in config.manifests:
         path = resolve_manifest(config, m, cwd)
         data = load(path)
         manifests.append(str(path))
         for e in data["instances"]:
-            if e.get("family", "gemm") != "gemm":
+            fam = entry_family(e)
+            if fam not in profilable:
+                profilable[fam] = _profilable(fam)
+            if profilable[fam] is not None:      # a family without profile hooks: said once, not profiled
+                why = f"{fam} instances are not profiled: {profilable[fam]}"
+                if why not in skipped:
+                    skipped.append(why)
                 continue
             if e["name"] in seen:        # the same instance in two manifests: the first one wins
                 continue
@@ -63,10 +84,11 @@ def plan(config: ProfileConfig, select: tuple[str, ...] = (), exclude: tuple[str
     keep = {e["name"] for e in entries}
     chosen = [i for i in instances if i["entry"]["name"] in keep]
     if not chosen:
+        more = "".join(f"\n  note: {w}" for w in skipped)
         raise ProfileError(f"no instance to profile: the manifests ({', '.join(manifests)}) hold {len(instances)} "
-                           f"GEMM instances and the selection keeps none\n  fix: check `select:` / --select, "
-                           f"or run `emitter emit` for the specs you mean")
-    return Plan(chosen, list(config.problems), manifests)
+                           f"profilable instances and the selection keeps none\n  fix: check `select:` / --select, "
+                           f"or run `emitter emit` for the specs you mean{more}")
+    return Plan(chosen, list(config.problems), manifests, skipped)
 
 
 def shard(problems: list[Problem], n: int) -> list[list[Problem]]:
@@ -390,7 +412,7 @@ def _has_result(records: list[dict[str, Any]], kind: str, name: str, pkey: str, 
 
 def _op_of(the_plan: Plan, name: str, op_key: str) -> Op | None:
     for i in the_plan.instances:
-        op = Op.from_config(i["entry"]["config"])
+        op = op_of(i["entry"])
         if op.key == op_key:
             return op
     return None

@@ -210,8 +210,10 @@ class EventTimer:
         Why: at a GPU's power cap the clock follows load and temperature over tens of milliseconds, so two
         measurements taken one after the other (even in alternating rounds) see different clocks; launches
         alternated one by one see the same. The input sets rotate over the whole sequence, so no launch finds
-        its operands in L2 because the launch before it (of either function) read them. Warm-up, the
-        blocking kernel and the count of launches are `measure`'s; `iterations` counts pairs (tuples)."""
+        its operands in L2 because the launch before it (of either function) read them. Warm-up runs the
+        interleaved sequence, so every function (kernel and baselines alike) gets `warmup` launches of its own
+        before any is timed; the blocking kernel and the count of launches are `measure`'s; `iterations`
+        counts pairs (tuples)."""
         t = self.timing
         fns = list(launches)
         if not fns:
@@ -226,9 +228,14 @@ class EventTimer:
             j, w = divmod(g, width)
             fns[order(j)[w]](g % sets)
 
-        n = warm_up(one, self.stream.synchronize, max(t.warmup, width), t.warmup_ms, 1)
-        # probe: per-tuple GPU time and the host's cost per launch, behind a generous blocking kernel
+        # warm-up: the interleaved sequence itself, so every function gets the same launches (t.warmup each,
+        # and as many more as warmup_ms takes), completed to a whole tuple
+        n = warm_up(one, self.stream.synchronize, max(t.warmup, 1) * width, t.warmup_ms, sets=1 << 62)
         g0 = n + (-n) % width                     # start on a tuple boundary
+        for g in range(n, g0):
+            one(g)
+        self.stream.synchronize()
+        # probe: per-tuple GPU time and the host's cost per launch, behind a generous blocking kernel
         probe, host_s = self._timed_chunk(one, g0, PROBE_LAUNCHES * width, 5.0)
         est_ms = float(np.median(probe)) * width
         host_us = host_s / (PROBE_LAUNCHES * width) * 1e6

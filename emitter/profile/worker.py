@@ -28,13 +28,38 @@ import numpy as np
 
 from emitter.profile.config import Problem, ProfileConfig
 from emitter.profile.records import (
-    CHECK_FAILED, FAILED, FAULT, NOT_APPLICABLE, OK, PRUNED, UNAVAILABLE, Measurement, Op,
+    CHECK_FAILED, FAILED, FAULT, NOT_APPLICABLE, OK, PRUNED, UNAVAILABLE, Measurement, Op, op_of,
 )
 from emitter.profile.selection import split_k_candidates
 from emitter.profile.stats import TimingStats
 from emitter.runtime.options import distinct, unsupported
 
 EXIT_FAULT = 3
+MEMORY_FRACTION = 0.9     # of the device memory free: the most one problem's operand sets may take
+
+
+class ProblemTooLarge(Exception):
+    """A problem whose operands cannot fit the device: refused before anything is allocated."""
+
+
+def refuse_too_large(set_bytes: int, free_bytes: int | None, problem: Any) -> None:
+    """ProblemTooLarge when even one operand set of `problem` cannot fit the free device memory."""
+    if free_bytes is not None and set_bytes > MEMORY_FRACTION * free_bytes:
+        raise ProblemTooLarge(f"does not fit: one operand set of {problem} needs {set_bytes} bytes "
+                              f"({set_bytes / 2**30:.1f} GiB) of device memory, {free_bytes} "
+                              f"({free_bytes / 2**30:.1f} GiB) are free; refused before allocating")
+
+
+def _hooks(op: Any) -> Any:
+    """The run-time hooks of the family an op (the profile's unit of comparison) belongs to."""
+    from emitter.families.base import PROFILE_HOOKS, VERIFY_HOOKS, runtime_family
+
+    return runtime_family(type(op).FAMILY, need=VERIFY_HOOKS + PROFILE_HOOKS)
+
+
+def _provider(hooks: Any, name: str) -> str:
+    """What a baseline calls, before it ran (the family's words; its launch then says exactly)."""
+    return dict(getattr(hooks, "BASELINE_PROVIDERS", {})).get(name, name)
 
 
 class JobLog:
@@ -91,23 +116,26 @@ class GpuEngine:
 
     def prepare(self, op: Op, problem: Problem) -> Any:
         from emitter.profile.timing import free_memory, rotation_sets
-        from emitter.profile.workload import ProblemData, set_bytes
 
-        nbytes = set_bytes(op, problem, self.config.beta)
-        sets = rotation_sets(nbytes, int(self.env()["l2_bytes"]), self.config.timing.rotate, free_memory())
-        return ProblemData.allocate(op, problem, self.config.alpha, self.config.beta, sets)
+        hooks = _hooks(op)
+        nbytes = hooks.profile_set_bytes(op, problem, self.config)
+        free = free_memory()
+        refuse_too_large(nbytes, free, problem)
+        sets = rotation_sets(nbytes, int(self.env()["l2_bytes"]), self.config.timing.rotate, free)
+        return hooks.profile_allocate(op, problem, self.config, sets)
 
     def extra(self, data: Any) -> dict[str, Any]:
         return {"rotation_sets": len(data.sets), "working_set_bytes": data.working_set_bytes,
                 "l2_bytes": int(self.env()["l2_bytes"])}
 
     def baseline(self, data: Any, name: str) -> Measurement:
-        from emitter.profile.baselines import BaselineUnavailable, cublas
+        from emitter.profile.baselines import BaselineUnavailable
 
-        m = Measurement(kind="baseline", name=name, provider="cuBLAS via torch", op=data.op, problem=data.problem,
-                        gpu=self.gpu)
+        hooks = _hooks(data.op)
+        m = Measurement(kind="baseline", name=name, provider=_provider(hooks, name), op=data.op,
+                        problem=data.problem, gpu=self.gpu)
         try:
-            b = cublas(data, self.stream)
+            b = hooks.baseline(name, data, self.stream)
         except BaselineUnavailable as e:
             m.status, m.reason = UNAVAILABLE, str(e)
             return m
@@ -118,28 +146,29 @@ class GpuEngine:
         if self.config.check and self.use_torch:
             # the same check as the kernels', recorded and never failing the baseline: so a report can set the
             # kernels' error beside cuBLAS's own on the same inputs (fp8: how much accuracy a mode trades)
-            from emitter.profile.check import check, poison_d
             try:
-                poison_d(data, 0)
+                hooks.profile_poison(data, 0)
                 b.launch(0)
                 self.stream.synchronize()
-                m.check = check(data, data.cfg, self.use_torch, 1)
+                m.check = hooks.profile_check(data, data.cfg, self.use_torch, split_k=1)
             except Exception as e:    # noqa: BLE001 - a record, not a gate: the timing above stands
                 m.check = {"passed": None, "reason": f"baseline check not run: {_short(e)}", "rel_err": None}
         return m
 
     def kernel(self, kernel: Any, data: Any, m: Measurement, prune_ms: float | None = None) -> Measurement:
-        from emitter.profile.check import check, poison_d
-        from emitter.profile.workload import KernelLaunch
+        hooks = kernel.hooks
 
-        launch = KernelLaunch(kernel, data, self.stream, split_k=m.split_k, options=m.options)
+        def check() -> dict[str, Any]:
+            return hooks.profile_check(data, kernel.config, self.use_torch, split_k=m.split_k, options=m.options)
+
+        launch = hooks.kernel_launch(kernel, data, self.stream, split_k=m.split_k, options=m.options)
         try:
-            # the check: poison D of set 0, one launch, compare with the reference
-            poison_d(data, 0)
+            # the check: poison the outputs of set 0, one launch, compare with the reference
+            hooks.profile_poison(data, 0)
             launch(0)
             self.stream.synchronize()
             if self.config.check:
-                m.check = check(data, kernel.config, self.use_torch, m.split_k)
+                m.check = check()
                 if not m.check["passed"]:
                     m.status, m.reason = CHECK_FAILED, m.check["reason"]
                     return m
@@ -149,15 +178,15 @@ class GpuEngine:
                     return _pruned(m, probe_ms, prune_ms, self.config.timing.prune)
             measured = self.timer.measure(launch, len(data.sets))
             m.stats = measured.stats
-            resets = [r[1] for r in launch.resets if r]
+            resets = [r[1] for r in getattr(launch, "resets", ()) if r]
             m.extra = {**self.extra(data), **measured.extra(), "launch": launch.info,
                        "workspace_reset_bytes": max(resets) if resets else 0}
             if self.config.check:
                 # again after hundreds of launches: catches state (workspace, semaphores) that goes stale
-                poison_d(data, 0)
+                hooks.profile_poison(data, 0)
                 launch(0)
                 self.stream.synchronize()
-                after = check(data, kernel.config, self.use_torch, m.split_k)
+                after = check()
                 m.check["after_timing"] = {k: after[k] for k in ("passed", "rel_err", "nonfinite", "unwritten", "mismatches")}
                 if not after["passed"]:
                     m.status, m.reason = CHECK_FAILED, "wrong after the timed launches: " + str(after["reason"])
@@ -168,14 +197,12 @@ class GpuEngine:
     def head_to_head(self, kernel: Any, data: Any, m: Measurement, baseline: str) -> tuple[TimingStats, TimingStats]:
         """The kernel (at m's split-K count and options) and the baseline timed launch by launch, alternating
         (EventTimer.interleave): (kernel's stats, baseline's stats), taken under the same clock."""
-        from emitter.profile.baselines import cublas
-        from emitter.profile.workload import KernelLaunch
-
-        if baseline != "cublas":
+        hooks = kernel.hooks
+        if baseline not in hooks.BASELINES:
             raise ValueError(f"no head-to-head for baseline {baseline!r}")
-        launch = KernelLaunch(kernel, data, self.stream, split_k=m.split_k, options=m.options)
+        launch = hooks.kernel_launch(kernel, data, self.stream, split_k=m.split_k, options=m.options)
         try:
-            base = cublas(data, self.stream)
+            base = hooks.baseline(baseline, data, self.stream)
             k, b = self.timer.interleave([launch, base.launch], len(data.sets))
             return k, b
         finally:
@@ -186,9 +213,9 @@ class GpuEngine:
 
     def classify(self, e: BaseException) -> tuple[str, bool]:
         """(status, fatal) for an exception raised while measuring."""
-        from emitter.profile.workload import is_sticky
         from emitter.runtime.backend import CannotImplement, CudaFault, NotBuilt, RuntimeBackendError
         from emitter.runtime.launcher import DriverError
+        from emitter.runtime.pycuda_backend import is_sticky
 
         if isinstance(e, CannotImplement):
             return NOT_APPLICABLE, False
@@ -270,17 +297,16 @@ class FakeEngine:
         return m
 
     def kernel(self, kernel: Any, data: Any, m: Measurement, prune_ms: float | None = None) -> Measurement:
-        from emitter.runtime.backend import CannotImplement, CudaFault, GemmProblem, LaunchFailed
+        from emitter.runtime.backend import CannotImplement, CudaFault, LaunchFailed
         from emitter.verify.check import case_seed, run_case
         from emitter.verify.problems import VerifyProblem
 
         p: Problem = data["problem"]
         if self.config.check:
             # emitter.verify's own case (fresh inputs, poison, reference, compare) on the problem shrunk to 64^3
-            vp = VerifyProblem(GemmProblem(min(p.m, 64), min(p.n, 64), min(p.k, 64), batch=p.batch,
-                                           alpha=self.config.alpha, beta=self.config.beta, split_k=m.split_k,
-                                           options=m.options),
-                               "normal", p.key)
+            small = kernel.hooks.profile_fake_problem(kernel.config, p, self.config, 64, split_k=m.split_k,
+                                                      options=m.options)
+            vp = VerifyProblem(small, "normal", p.key)
             r = run_case(self.backend, kernel, vp, case_seed(0, kernel.name, p.key))
             if r["status"] == "SKIPPED":
                 raise CannotImplement(r["reason"])
@@ -388,7 +414,7 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
     kernels: "OrderedDict[str, tuple[Any, Op, str, str | None]]" = OrderedDict()
     for inst in job["instances"]:
         entry, root = inst["entry"], Path(inst["root"])
-        op = Op.from_config(entry["config"])
+        op = op_of(entry)
         kernel, why = None, None
         if entry["name"] in skip_names:
             why = "skipped: faulted on earlier problems"
@@ -476,7 +502,8 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
                             bm = engine.baseline(data, bname)
                         except Exception as e:
                             status, fatal = engine.classify(e)
-                            bm = Measurement("baseline", bname, "cuBLAS via torch", op, problem, status, _short(e), gpu)
+                            bm = Measurement("baseline", bname, _provider(_hooks(op), bname), op, problem, status,
+                                             _short(e), gpu)
                             log.write({"type": "result", "measurement": bm.to_json()})
                             if fatal:
                                 return EXIT_FAULT

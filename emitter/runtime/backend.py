@@ -1,12 +1,15 @@
-"""The runtime Backend interface: load a built instance, run one GEMM problem on host storage buffers.
+"""The runtime Backend interface: load a built instance of any family, run one problem on host storage buffers.
 
 Two backends implement it: PycudaBackend (the GPU: cubin through PyCUDA, params from the ctypes host
 shim) and FakeBackend (pure numpy, for CI, with hooks to plant faults). The verifier only talks to this
 interface, so everything above it (problems, references, runner, reports) is tested without a GPU.
+Neither backend holds family code: the manifest entry's `family` names the run-time hooks
+(emitter.families.base.RuntimeFamily) that parse the config, build the shim's problem struct
+(`c_problem`) and, for the fake backend, compute the outputs (`fake_run`).
 
 Data crosses the interface as *storage* numpy arrays (emitter.runtime.hostdata): the bytes the device
-buffers hold. The backend copies A, B, C, bias and the poisoned D to the device, launches, and returns
-D's storage after the launch.
+buffers hold, in an `Inputs` (emitter.families.base) from the family's make_inputs. The backend copies
+every buffer (outputs poisoned) to the device, launches, and returns the outputs' storage after the launch.
 """
 
 from __future__ import annotations
@@ -19,9 +22,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from emitter.errors import EmitterError
+from emitter.errors import EmitterError, ManifestError
 from emitter.fsutil import PathEscape, resolve_inside
-from emitter.runtime.config import GemmConfig
+from emitter.families.base import FamilyNotRunnable, Inputs, entry_family, runtime_family
 
 
 # ---------------------------------------------------------------------------------------------- errors
@@ -60,66 +63,16 @@ class BackendUnavailable(RuntimeBackendError):
 
 
 # ---------------------------------------------------------------------------------------------- data
-@dataclass(frozen=True)
-class GemmProblem:
-    """One GEMM launch: D = act(alpha * A @ B + beta * C + bias). Leading dims / strides in elements, 0 = packed."""
-
-    m: int
-    n: int
-    k: int
-    batch: int = 1
-    split_k: int = 1
-    alpha: float = 1.0
-    beta: float = 0.0
-    lda: int = 0
-    ldb: int = 0
-    ldc: int = 0
-    ldd: int = 0
-    batch_stride_a: int = 0
-    batch_stride_b: int = 0
-    batch_stride_c: int = 0
-    batch_stride_d: int = 0
-    options: int = 0      # run-time scheduler options (emitter.runtime.options.SchedulerOptions.encode()), 0 = none
-
-    def resolved(self, cfg: GemmConfig) -> "GemmProblem":
-        """Packed (0) leading dimensions and batch strides replaced by their values for cfg's layouts."""
-        lda = self.lda or (self.k if cfg.row_major_a else self.m)
-        ldb = self.ldb or (self.n if cfg.row_major_b else self.k)
-        ldc = self.ldc or (self.n if cfg.row_major_c else self.m)
-        ldd = self.ldd or (self.n if cfg.row_major_c else self.m)
-        rows_a = self.m if cfg.row_major_a else self.k
-        rows_b = self.k if cfg.row_major_b else self.n
-        rows_c = self.m if cfg.row_major_c else self.n
-        return GemmProblem(
-            self.m, self.n, self.k, self.batch, self.split_k, self.alpha, self.beta, lda, ldb, ldc, ldd,
-            self.batch_stride_a or lda * rows_a, self.batch_stride_b or ldb * rows_b,
-            self.batch_stride_c or ldc * rows_c, self.batch_stride_d or ldd * rows_c, self.options,
-        )
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "GemmProblem":
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
-
-
-@dataclass
-class GemmBuffers:
-    """Host storage for one problem. D holds the poison on the way in and the result on the way out."""
-
-    A: np.ndarray
-    B: np.ndarray
-    C: np.ndarray | None
-    D: np.ndarray
-    bias: np.ndarray | None = None
-
-
 @dataclass
 class RunResult:
-    D: np.ndarray                       # storage after the launch
+    outputs: dict[str, np.ndarray]      # storage of each output buffer (Inputs.outputs) after the launch
     time_ms: float | None = None        # the launch alone (device events), when the backend times it
     launch: dict[str, Any] = field(default_factory=dict)   # grid/block/cluster/shared/params/workspace
+
+    @property
+    def D(self) -> np.ndarray:
+        """The output named D (GEMM's only output; other families name theirs)."""
+        return self.outputs["D"]
 
 
 @dataclass
@@ -127,10 +80,47 @@ class Kernel:
     """A loaded instance: what the backend needs to run it (backend-specific handles in `handle`)."""
 
     name: str
-    config: GemmConfig
+    config: Any                         # the family's config (config_from_entry)
     entry: dict[str, Any]
     root: Path
     handle: Any = None
+    family: str = ""                    # the manifest entry's family
+
+    @property
+    def hooks(self) -> Any:
+        """The family's run-time hooks (emitter.families.<family>.runtime)."""
+        return runtime_family(self.family or entry_family(self.entry))
+
+
+def family_config(entry: Mapping[str, Any], root: Path | str | None = None) -> tuple[Any, Any]:
+    """(hooks, config) of a manifest entry, through the family registry. ManifestError when the entry names
+    no family with run-time hooks or its config is unreadable."""
+    name = str(entry.get("name", "?")) if isinstance(entry, Mapping) else "?"
+    family = entry_family(entry)
+    try:
+        hooks = runtime_family(family)
+    except FamilyNotRunnable as e:
+        raise ManifestError(f"instance {name}: {e}") from None
+    except EmitterError as e:          # UnknownFamily
+        raise ManifestError(f"instance {name}: {e}") from None
+    return hooks, hooks.config_from_entry(entry, root)
+
+
+def host_memory_available() -> int:
+    """Bytes of host memory available now (MemAvailable; sysconf where /proc is not there)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import os
+
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62
 
 
 # ---------------------------------------------------------------------------------------------- build records
@@ -165,7 +155,7 @@ def build_record(root: Path, name: str) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------------------- interface
 class Backend(abc.ABC):
-    """Runs GEMM instances. One backend object lives in one (worker) process."""
+    """Runs instances of any family. One backend object lives in one (worker) process."""
 
     name: str = "?"
     #: torch device string for GPU-side references (None: compute references on the host)
@@ -180,8 +170,14 @@ class Backend(abc.ABC):
         """Load instance `entry` of the manifest in `root`. Raises NotBuilt."""
 
     @abc.abstractmethod
-    def run(self, kernel: Kernel, problem: GemmProblem, buffers: GemmBuffers) -> RunResult:
-        """Copy in, launch once, copy D back. Raises CannotImplement, LaunchFailed or CudaFault."""
+    def run(self, kernel: Kernel, problem: Any, inputs: Inputs) -> RunResult:
+        """Copy inputs.buffers in, launch once on the (resolved) problem, copy inputs.outputs back.
+        Raises CannotImplement, LaunchFailed or CudaFault."""
+
+    def memory_available(self) -> tuple[int | None, int]:
+        """(free device bytes, or None where buffers live on the host; available host bytes): what a
+        problem's Footprint is checked against before anything is allocated."""
+        return None, host_memory_available()
 
     def close(self) -> None:  # pragma: no cover - default no-op
         pass

@@ -131,7 +131,7 @@ class SchedulerOptions:
 
 
 def unsupported(cfg: Any, options: int) -> str | None:
-    """Why an instance (a runtime GemmConfig) cannot run with `options`, or None: the shim's refusals."""
+    """Why an instance (a GEMM family config) cannot run with `options`, or None: the shim's refusals."""
     if not options:
         return None
     try:
@@ -160,13 +160,13 @@ def unsupported(cfg: Any, options: int) -> str | None:
 
 def unsupported_config(arch: str, config: dict[str, Any], options: int) -> str | None:
     """unsupported() for a manifest entry's `config` (the library exporter's view of a kernel)."""
-    from emitter.runtime.config import GemmConfig
+    from emitter.runtime.backend import family_config
 
     if not options:
         return None
     name = str(config.get("name", "this kernel"))
-    return unsupported(GemmConfig.from_entry({"name": name, "family": "gemm", "arch": arch, "config": config}),
-                       options)
+    _hooks, cfg = family_config({"name": name, "family": "gemm", "arch": arch, "config": config})
+    return unsupported(cfg, options)
 
 
 def _round_up(x: int, multiple: int) -> int:

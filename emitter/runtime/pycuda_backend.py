@@ -1,5 +1,8 @@
 """The GPU backend: PyCUDA context, memory, streams and events; Params from the instance's ctypes host shim.
 
+Family-agnostic: the manifest entry's family supplies the config (config_from_entry) and the shim's
+problem struct (c_problem) for the device pointers of the case's buffers.
+
 Launch path: emitter_<name>_query -> workspace -> emitter_<name>_initialize(problem, workspace, stream,
 params_buf, capacity, &launch) -> the Params bytes, packed 64-byte aligned -> raise the dynamic
 shared-memory limit above 48 KiB -> cuLaunchKernel of emitter_<name>_kernel(__grid_constant__ Params)
@@ -20,15 +23,14 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from emitter.families.base import Inputs
 from emitter.runtime.backend import (
-    Backend, BackendUnavailable, CannotImplement, CudaFault, GemmBuffers, GemmProblem, Kernel,
-    LaunchFailed, NotBuilt, RunResult, build_record,
+    Backend, BackendUnavailable, CannotImplement, CudaFault, Kernel, LaunchFailed, NotBuilt, RunResult,
+    build_record, family_config, host_memory_available,
 )
-from emitter.runtime.config import GemmConfig
 from emitter.runtime.launcher import DriverError, DriverKernel, PackedParams
 from emitter.runtime.shim import (
-    EMITTER_BUFFER_TOO_SMALL, EMITTER_CANNOT_IMPLEMENT, EMITTER_OK, EmitterGemmProblem, HostShim, ShimError,
-    status_name,
+    EMITTER_BUFFER_TOO_SMALL, EMITTER_CANNOT_IMPLEMENT, EMITTER_OK, HostShim, ShimError, status_name,
 )
 
 # CUDA errors after which the context is unusable (sticky errors): the worker process must exit.
@@ -39,9 +41,13 @@ _STICKY = (
 )
 
 
-def _is_sticky(text: str) -> bool:
+def is_sticky(text: str) -> bool:
+    """Whether a CUDA error text names a sticky error (the context is unusable afterwards)."""
     t = text.lower()
     return any(s in t for s in _STICKY)
+
+
+_is_sticky = is_sticky
 
 
 class PycudaBackend(Backend):
@@ -71,7 +77,7 @@ class PycudaBackend(Backend):
     def load(self, root: Path, entry: Mapping[str, Any]) -> Kernel:
         root = Path(root)
         name = str(entry["name"])
-        cfg = GemmConfig.from_entry(entry, root)
+        hooks, cfg = family_config(entry, root)
         record = build_record(root, name)
         cubin = root / record["artifacts"]["cubin"]
         host = root / record["artifacts"]["host"]
@@ -92,7 +98,15 @@ class PycudaBackend(Backend):
                 raise CudaFault(text) from None
             raise LaunchFailed(text) from None
         return Kernel(name=name, config=cfg, entry=dict(entry), root=root,
-                      handle={"shim": shim, "fn": fn, "record": record})
+                      handle={"shim": shim, "fn": fn, "record": record}, family=hooks.NAME)
+
+    def memory_available(self) -> tuple[int | None, int]:
+        try:
+            free, _total = self.drv.mem_get_info()
+            dev: int | None = int(free)
+        except Exception:  # noqa: BLE001 - a driver without the query: unknown, not zero
+            dev = None
+        return dev, host_memory_available()
 
     # -------------------------------------------------------------------------------------- run
     def _alloc(self, host: np.ndarray | None, allocations: list) -> int:
@@ -105,34 +119,26 @@ class PycudaBackend(Backend):
             self.drv.memcpy_htod(dev, np.ascontiguousarray(host))
         return int(dev)
 
-    def run(self, kernel: Kernel, problem: GemmProblem, buffers: GemmBuffers) -> RunResult:
+    def run(self, kernel: Kernel, problem: Any, inputs: Inputs) -> RunResult:
         drv = self.drv
         h = kernel.handle
         shim: HostShim = h["shim"]
-        p = problem.resolved(kernel.config)
+        p = kernel.hooks.resolve_problem(kernel.config, problem)
         allocations: list = []
         try:
+            pointers: dict[str, int] = {}
             try:
-                ptr_a = self._alloc(buffers.A, allocations)
-                ptr_b = self._alloc(buffers.B, allocations)
-                ptr_c = self._alloc(buffers.C, allocations)
-                ptr_d = self._alloc(buffers.D, allocations)
-                ptr_bias = self._alloc(buffers.bias, allocations)
+                for key, host in inputs.buffers.items():
+                    pointers[key] = self._alloc(host, allocations)
             except drv.Error as e:
                 raise (CudaFault if _is_sticky(str(e)) else LaunchFailed)(f"device allocation/copy failed: {e}") from None
 
-            prob = EmitterGemmProblem(
-                m=p.m, n=p.n, k=p.k, batch_count=p.batch, split_k_slices=p.split_k, options=p.options,
-                A=ptr_a or None, B=ptr_b or None, C=ptr_c or None, D=ptr_d or None, bias=ptr_bias or None,
-                lda=p.lda, ldb=p.ldb, ldc=p.ldc, ldd=p.ldd,
-                batch_stride_A=p.batch_stride_a, batch_stride_B=p.batch_stride_b,
-                batch_stride_C=p.batch_stride_c, batch_stride_D=p.batch_stride_d,
-                alpha=p.alpha, beta=p.beta,
-            )
+            prob = kernel.hooks.c_problem(kernel.config, p, pointers)
             status, q = shim.query(prob)
             if status == EMITTER_CANNOT_IMPLEMENT:
+                what = kernel.hooks.problem_label(p, "").rstrip("_")
                 raise CannotImplement(f"{kernel.name}_query: EMITTER_CANNOT_IMPLEMENT (can_implement is false "
-                                      f"for m={p.m} n={p.n} k={p.k} batch={p.batch} split_k={p.split_k})")
+                                      f"for {what})")
             if status != EMITTER_OK:
                 raise LaunchFailed(f"emitter_{kernel.name}_query returned {status_name(status)}")
 
@@ -184,12 +190,16 @@ class PycudaBackend(Backend):
                 raise LaunchFailed(text) from None
             time_ms = float(end.time_since(start))
 
-            out = np.empty_like(buffers.D)
-            try:
-                drv.memcpy_dtoh(out, ptr_d)
-            except drv.Error as e:
-                raise CudaFault(f"copying D back failed: {e}") from None
-            return RunResult(D=out, time_ms=time_ms, launch=info)
+            outputs: dict[str, np.ndarray] = {}
+            for key in inputs.outputs:
+                out = np.empty_like(inputs.buffers[key])
+                try:
+                    if out.nbytes:
+                        drv.memcpy_dtoh(out, pointers[key])
+                except drv.Error as e:
+                    raise CudaFault(f"copying {key} back failed: {e}") from None
+                outputs[key] = out
+            return RunResult(outputs=outputs, time_ms=time_ms, launch=info)
         finally:
             for a in allocations:
                 try:

@@ -1,7 +1,11 @@
-"""ctypes bindings of the host shim ABI (templates/common/emitter_abi.h, EMITTER_ABI_VERSION 3).
+"""ctypes bindings of the host shim ABI every family shares (templates/common/emitter_abi.h, EMITTER_ABI_VERSION 3).
 
-The structs here must match emitter_abi.h field for field; tests/test_verify_fake.py compiles a C
-program that prints the C sizes and offsets and compares them with these.
+Each instance's host library exports emitter_<name>_query(const P*, emitter_launch*),
+emitter_<name>_initialize(const P*, workspace, stream, params, capacity, emitter_launch*) and
+emitter_<name>_name(), where P is the family's problem struct (a ctypes.Structure the family's runtime
+hook `c_problem` builds; GEMM's is emitter.families.gemm.abi.EmitterGemmProblem). The launch record and
+the status codes here are common. The structs must match emitter_abi.h field for field;
+tests/test_verify_fake.py compiles a C program that prints the C sizes and offsets and compares them.
 """
 
 from __future__ import annotations
@@ -28,32 +32,6 @@ STATUS_NAMES = {
     EMITTER_CUDA_ERROR: "EMITTER_CUDA_ERROR",
     EMITTER_INTERNAL_ERROR: "EMITTER_INTERNAL_ERROR",
 }
-
-
-class EmitterGemmProblem(ctypes.Structure):
-    _fields_ = [
-        ("m", ctypes.c_int),
-        ("n", ctypes.c_int),
-        ("k", ctypes.c_int),
-        ("batch_count", ctypes.c_int),
-        ("split_k_slices", ctypes.c_int),
-        ("options", ctypes.c_int),       # run-time scheduler options (emitter.runtime.options), 0 = compiled-in
-        ("A", ctypes.c_void_p),
-        ("B", ctypes.c_void_p),
-        ("C", ctypes.c_void_p),
-        ("D", ctypes.c_void_p),
-        ("bias", ctypes.c_void_p),
-        ("lda", ctypes.c_longlong),
-        ("ldb", ctypes.c_longlong),
-        ("ldc", ctypes.c_longlong),
-        ("ldd", ctypes.c_longlong),
-        ("batch_stride_A", ctypes.c_longlong),
-        ("batch_stride_B", ctypes.c_longlong),
-        ("batch_stride_C", ctypes.c_longlong),
-        ("batch_stride_D", ctypes.c_longlong),
-        ("alpha", ctypes.c_float),
-        ("beta", ctypes.c_float),
-    ]
 
 
 class EmitterLaunch(ctypes.Structure):
@@ -99,10 +77,8 @@ class HostShim:
             self._name = getattr(self.lib, f"emitter_{name}_name")
         except AttributeError as e:
             raise ShimError(f"host shim {self.path} lacks an ABI symbol: {e}") from None
-        P, L = ctypes.POINTER(EmitterGemmProblem), ctypes.POINTER(EmitterLaunch)
-        self._query.argtypes = [P, L]
+        self._problem_type: type | None = None
         self._query.restype = ctypes.c_int
-        self._initialize.argtypes = [P, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, L]
         self._initialize.restype = ctypes.c_int
         self._name.argtypes = []
         self._name.restype = ctypes.c_char_p
@@ -111,13 +87,25 @@ class HostShim:
         raw = self._name()
         return raw.decode() if raw else ""
 
-    def query(self, problem: EmitterGemmProblem) -> tuple[int, EmitterLaunch]:
+    def _bind(self, problem: ctypes.Structure) -> None:
+        """argtypes for the family's problem struct (set on first use, checked on every call)."""
+        t = type(problem)
+        if self._problem_type is t:
+            return
+        P, L = ctypes.POINTER(t), ctypes.POINTER(EmitterLaunch)
+        self._query.argtypes = [P, L]
+        self._initialize.argtypes = [P, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, L]
+        self._problem_type = t
+
+    def query(self, problem: ctypes.Structure) -> tuple[int, EmitterLaunch]:
+        self._bind(problem)
         out = EmitterLaunch()
         status = int(self._query(ctypes.byref(problem), ctypes.byref(out)))
         return status, out
 
-    def initialize(self, problem: EmitterGemmProblem, workspace: int | None, stream: int | None,
+    def initialize(self, problem: ctypes.Structure, workspace: int | None, stream: int | None,
                    capacity: int) -> tuple[int, bytes, EmitterLaunch]:
+        self._bind(problem)
         out = EmitterLaunch()
         buf = ctypes.create_string_buffer(max(int(capacity), 1))
         status = int(self._initialize(ctypes.byref(problem), ctypes.c_void_p(workspace or None),

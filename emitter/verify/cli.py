@@ -21,6 +21,62 @@ def _selection_options(f):
         return click.option("--select", "select", multiple=True, metavar="PATTERN")(f)
 
 
+def problem_flags(f):
+    """The problem flags `emitter verify` and `emitter profile` share: --problem (repeatable; each kernel
+    family parses the strings it understands, GEMM: MxNxK[xBATCH] or m=..,n=..,k=..[,beta=..]), --problems
+    FILE.yaml, and the size flags --m/--n/--k/--batch (comma lists make a product)."""
+    f = click.option("--batch", "batch", metavar="INT[,INT]", help="batch count (batched instances)")(f)
+    f = click.option("--k", "k", metavar="INT[,INT]", help="problem K")(f)
+    f = click.option("--n", "n", metavar="INT[,INT]", help="problem N")(f)
+    f = click.option("--m", "m", metavar="INT[,INT]",
+                     help="problem M (with --n and --k; comma lists make a product)")(f)
+    f = click.option("--problems", "problems_file", type=click.Path(dir_okay=False, path_type=Path),
+                     help="YAML file of problems (`problems: [{m: 1000, n: 517, k: 129, beta: 0.5}]`)")(f)
+    return click.option("--problem", "problem_texts", multiple=True, metavar="PROBLEM",
+                        help="a problem (repeatable): GEMM `MxNxK`, `MxNxKxBATCH` or `m=1000,n=517,k=129,beta=0.5`; "
+                             "each family parses its own (attention e.g. `b=2,hq=16,hkv=4,sq=1000,sk=1000,d=128`)")(f)
+
+
+def user_problems(problem_texts, problems_file, m, n, k, batch, split_k=None, alpha=None, beta=None, data="both",
+                  families=None):
+    """The VerifyProblems the problem flags give (empty: none given), parsed by the families in `families`."""
+    from emitter.verify.problems import load_problem_file, problems_from_options, problems_from_strings
+
+    sizes = any(v is not None for v in (m, n, k))
+    if problems_file is not None and (sizes or problem_texts):
+        raise SpecError("give problems either with --problems or with --problem / --m/--n/--k, not both",
+                        file="<command line>", fix="drop one of them")
+    if problems_file is not None:
+        return load_problem_file(problems_file, families)
+    out = problems_from_strings(problem_texts, data, families) if problem_texts else []
+    return out + problems_from_options(m, n, k, batch, split_k, alpha, beta, data, families)
+
+
+def replay_command(out, select, exclude, problem_texts, problems_file, m, n, k, batch, split_k, alpha, beta, data,
+                   quick, scheduler, backend, fake_faults, no_isolation) -> str:
+    """The `emitter verify` command line that repeats a run ({seed} stands for the seed it drew)."""
+    import shlex
+
+    args = ["emitter", "verify", str(out)]
+    for flag, values in (("--select", select), ("--exclude", exclude), ("--problem", problem_texts)):
+        for v in values or ():
+            args += [flag, v]
+    for flag, v in (("--problems", problems_file), ("--m", m), ("--n", n), ("--k", k), ("--batch", batch),
+                    ("--split-k", split_k), ("--alpha", alpha), ("--beta", beta), ("--scheduler", scheduler),
+                    ("--fake-faults", fake_faults)):
+        if v is not None:
+            args += [flag, str(v)]
+    if data != "both":
+        args += ["--data", data]
+    if quick:
+        args.append("--quick")
+    if backend != "pycuda":
+        args += ["--backend", backend]
+    if no_isolation:
+        args.append("--no-isolation")
+    return " ".join(shlex.quote(a) for a in args) + " --seed {seed}"
+
+
 def _select(entries, select, exclude):
     from emitter.selection import select as sel
 
@@ -30,12 +86,7 @@ def _select(entries, select, exclude):
 @click.command(name="verify")
 @click.argument("out", type=click.Path(path_type=Path), default="generated/demo")
 @_selection_options
-@click.option("--problems", "problems_file", type=click.Path(dir_okay=False, path_type=Path),
-              help="YAML file of problems (`problems: [{m: 1000, n: 517, k: 129, beta: 0.5}]`) instead of the default set")
-@click.option("--m", "m", metavar="INT[,INT]", help="problem M (with --n and --k; comma lists make a product)")
-@click.option("--n", "n", metavar="INT[,INT]", help="problem N")
-@click.option("--k", "k", metavar="INT[,INT]", help="problem K")
-@click.option("--batch", "batch", metavar="INT[,INT]", help="batch count (batched instances)")
+@problem_flags
 @click.option("--split-k", "split_k", metavar="INT[,INT]", help="split-K slices (split-K instances)")
 @click.option("--alpha", "alpha", metavar="F[,F]", help="alpha (default 1)")
 @click.option("--beta", "beta", metavar="F[,F]", help="beta (default 0)")
@@ -59,30 +110,26 @@ def _select(entries, select, exclude):
 @click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="JUnit XML (default <out>/verify/junit.xml)")
 @click.option("-q", "--quiet", is_flag=True, help="no per-case progress lines")
-def verify_cmd(out: Path, select, exclude, problems_file, m, n, k, batch, split_k, alpha, beta, data, quick, scheduler,
-               seed, backend, fake_faults, timeout, no_isolation, json_path, junit_path, quiet) -> None:
+def verify_cmd(out: Path, select, exclude, problem_texts, problems_file, m, n, k, batch, split_k, alpha, beta, data,
+               quick, scheduler, seed, backend, fake_faults, timeout, no_isolation, json_path, junit_path,
+               quiet) -> None:
     """Launch every built instance in OUT on its problems and check it against a reference.
 
     Exit code: 0 when nothing FAILED, 1 when any case FAILED, 2 for bad input."""
     from rich.console import Console
     from rich.markup import escape
 
+    from emitter.families.base import entry_family
     from emitter.manifest import load, manifest_path
-    from emitter.verify.problems import load_problem_file, problems_from_options
     from emitter.verify.report import exit_code, print_report, write_json, write_junit
     from emitter.verify.runner import VerifyOptions, verify
 
     data_json = load(out)
     root = manifest_path(out).parent
     entries = _select(data_json["instances"], select, exclude)
-    user = []
-    if problems_file is not None:
-        if any(v is not None for v in (m, n, k)):
-            raise SpecError("give problems either with --problems or with --m/--n/--k, not both",
-                            file="<command line>", fix="drop one of them")
-        user = load_problem_file(problems_file)
-    else:
-        user = problems_from_options(m, n, k, batch, split_k, alpha, beta, data)
+    families = sorted({entry_family(e) for e in entries} & _runnable())
+    user = user_problems(problem_texts, problems_file, m, n, k, batch, split_k, alpha, beta, data,
+                         families=families or None)
     from emitter.runtime.options import OptionsError, SchedulerOptions
     try:
         sched = SchedulerOptions.parse(scheduler or "").encode()
@@ -116,13 +163,31 @@ def verify_cmd(out: Path, select, exclude, problems_file, m, n, k, batch, split_
 
     run = verify(root, entries, user or None,
                  VerifyOptions(backend=backend, backend_options=options, isolation=not no_isolation,
-                               launch_timeout_s=timeout, seed=seed, quick=quick, data=data, scheduler=sched),
+                               launch_timeout_s=timeout, seed=seed, quick=quick, data=data, scheduler=sched,
+                               replay=replay_command(out, select, exclude, problem_texts, problems_file, m, n, k,
+                                                     batch, split_k, alpha, beta, data, quick, scheduler, backend,
+                                                     fake_faults, no_isolation)),
                  progress=progress)
     print_report(run, console)
     jp = write_json(run, json_path or root / "verify" / "results.json")
     jx = write_junit(run, junit_path or root / "verify" / "junit.xml")
     console.print(f"reports: {jp}  {jx}", highlight=False)
     sys.exit(exit_code(run))
+
+
+def _runnable() -> set[str]:
+    """Families whose run-time hooks import here."""
+    from emitter.families.base import FamilyNotRunnable, runtime_family
+    from emitter.families.registry import FAMILIES
+
+    out = set()
+    for name in FAMILIES:
+        try:
+            runtime_family(name)
+        except (ImportError, FamilyNotRunnable):
+            continue
+        out.add(name)
+    return out
 
 
 def register(cli_group: click.Group) -> None:

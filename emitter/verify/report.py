@@ -32,6 +32,12 @@ def _clean(x: Any) -> Any:
     return x
 
 
+def replay_line(run: VerifyRun) -> str:
+    """The command that repeats the run: the CLI's (selection, problems, --quick, backend, seed), else the
+    manifest directory and the seed."""
+    return getattr(run, "replay", "") or f"emitter verify {run.root} --seed {run.seed}"
+
+
 def summary(run: VerifyRun) -> dict[str, Any]:
     counts = Counter(r["status"] for r in run.results)
     per_instance = instance_status(run.results)
@@ -66,7 +72,7 @@ def to_json(run: VerifyRun) -> dict[str, Any]:
         "backend": run.backend,
         "device": run.device,
         "seed": run.seed,
-        "replay": f"emitter verify {run.root} --seed {run.seed}",
+        "replay": replay_line(run),
         "started_at": run.started_at,
         "wall_s": round(run.wall_s, 3),
         "summary": summary(run),
@@ -168,4 +174,4 @@ def print_report(run: VerifyRun, console: Any = None, details: int = 30) -> None
     cs, ins = s["cases"], s["instances"]
     console.print(f"verify: {s['total_instances']} instances ({ins['PASSED']} passed, {ins['FAILED']} failed, "
                   f"{ins['SKIPPED']} skipped); {s['total_cases']} cases: {cs['PASSED']} passed, {cs['FAILED']} failed, "
-                  f"{cs['SKIPPED']} skipped; {run.wall_s:.1f} s; replay with --seed {run.seed}", highlight=False)
+                  f"{cs['SKIPPED']} skipped; {run.wall_s:.1f} s; replay: {escape(replay_line(run))}", highlight=False, soft_wrap=True)

@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from emitter.runtime.backend import BackendUnavailable, CudaFault, NotBuilt, RuntimeBackendError, create_backend
-from emitter.runtime.config import GemmConfig
-from emitter.runtime.options import unsupported
-from emitter.verify.check import case_seed, run_case
+from emitter.errors import EmitterError
+from emitter.runtime.backend import (
+    BackendUnavailable, CudaFault, NotBuilt, RuntimeBackendError, create_backend, family_config, host_memory_available,
+)
+from emitter.verify.check import case_seed, run_case, too_large_reason
 from emitter.verify.problems import VerifyProblem, plan_problems
 
 Progress = Callable[[dict[str, Any]], None]
@@ -39,6 +40,13 @@ class VerifyOptions:
     quick: bool = False               # leave out the largest default problems
     data: str = "both"                # default problems: int, normal or both
     scheduler: int = 0                # run-time scheduler options on every problem (emitter.runtime.options)
+    replay: str = ""                  # the command line that replays this run (the CLI sets it)
+
+
+class ProblemTooLarge(EmitterError):
+    """A user problem whose buffers cannot fit this machine's memory: refused before anything is allocated."""
+
+    exit_code = 2
 
 
 @dataclass
@@ -51,6 +59,7 @@ class VerifyRun:
     instances: list[str]
     wall_s: float = 0.0
     started_at: str = ""
+    replay: str = ""                  # the command line that replays this run ("" = root and seed only)
 
     @property
     def failed(self) -> int:
@@ -192,7 +201,7 @@ class _Inline:
             return ("error", type(e).__name__, str(e))
 
     def run(self, pdict: dict[str, Any], seed: int) -> dict[str, Any]:
-        return run_case(self.backend, self.kernel, VerifyProblem.from_dict(pdict), seed)
+        return run_case(self.backend, self.kernel, VerifyProblem.from_dict(pdict, self.kernel.family), seed)
 
     def alive(self) -> bool:
         return True
@@ -215,6 +224,41 @@ def verify(root: str | Path, entries: Sequence[Mapping[str, Any]], user_problems
     t0 = time.perf_counter()
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     results: list[dict[str, Any]] = []
+    # every instance's config and problems first: a user problem that cannot fit this machine is refused
+    # (exit 2) before a worker starts or anything is allocated
+    plans: list[tuple[Mapping[str, Any], Any]] = []
+    host_available = host_memory_available()
+    for entry in entries:
+        name = str(entry.get("name"))
+        try:
+            hooks, cfg = family_config(entry)
+        except Exception as e:  # noqa: BLE001 - a manifest entry verify cannot read
+            plans.append((entry, f"cannot read the manifest entry: {e}"))
+            continue
+        plan = plan_problems(cfg, user_problems, quick=options.quick, data=options.data)
+        if options.scheduler:
+            probe = hooks.with_options(cfg, plan[0][0].problem, options.scheduler) if plan else None
+            if isinstance(probe, str):   # asked for every instance; one this instance does not have is not its failure
+                plans.append((entry, ("SKIPPED", f"--scheduler: {probe}")))
+                continue
+            plan = plan_problems(cfg, user_problems, quick=options.quick, data=options.data,
+                                 scheduler=options.scheduler)
+        if user_problems:
+            for vp, why_not in plan:
+                if why_not:
+                    continue
+                fp = hooks.footprint(cfg, hooks.resolve_problem(cfg, vp.problem))
+                # the fake backend's "device" buffers are host memory; a GPU's free memory is known to its worker
+                too_big = too_large_reason(fp, None if options.backend == "fake" else 1 << 62, host_available)
+                if too_big:
+                    raise ProblemTooLarge(f"problem {vp.label} (instance {name}) {too_big}")
+            if not any(vp.family == hooks.NAME for vp in user_problems):
+                known = ", ".join(sorted({vp.family for vp in user_problems}))
+                plans.append((entry, ("SKIPPED", f"no user problem is a {hooks.NAME} problem (they are {known}); "
+                                                 f"give one with --problem")))
+                continue
+        plans.append((entry, plan))
+
     log_dir = tempfile.mkdtemp(prefix="emitter-verify-")
     worker: Any = None
     device = "?"
@@ -235,21 +279,14 @@ def verify(root: str | Path, entries: Sequence[Mapping[str, Any]], user_problems
 
     try:
         get_worker()   # fail fast (exit 2) when the backend cannot start at all
-        for entry in entries:
+        for entry, plan in plans:
             name = str(entry.get("name"))
-            try:
-                cfg = GemmConfig.from_entry(entry)
-            except Exception as e:  # noqa: BLE001 - a manifest entry verify cannot read
-                emit({"instance": name, "problem": "(instance)", "seed": seed, "status": "FAILED",
-                      "reason": f"cannot read the manifest entry: {e}"})
+            if isinstance(plan, str):
+                emit({"instance": name, "problem": "(instance)", "seed": seed, "status": "FAILED", "reason": plan})
                 continue
-            why = unsupported(cfg, options.scheduler)
-            if why:   # asked for every instance; one this instance does not have is not its failure
-                emit({"instance": name, "problem": "(instance)", "seed": seed, "status": "SKIPPED",
-                      "reason": f"--scheduler: {why}"})
+            if isinstance(plan, tuple):
+                emit({"instance": name, "problem": "(instance)", "seed": seed, "status": plan[0], "reason": plan[1]})
                 continue
-            plan = plan_problems(cfg, user_problems, quick=options.quick, data=options.data,
-                                 scheduler=options.scheduler)
             loaded = False
             abandon: str | None = None
             statuses: list[str] = []
@@ -283,7 +320,7 @@ def verify(root: str | Path, entries: Sequence[Mapping[str, Any]], user_problems
         shutil.rmtree(log_dir, ignore_errors=True)
     return VerifyRun(root=root, backend=options.backend, device=device, seed=seed, results=results,
                      instances=[str(e.get("name")) for e in entries], wall_s=time.perf_counter() - t0,
-                     started_at=started)
+                     started_at=started, replay=options.replay.replace("{seed}", str(seed)) if options.replay else "")
 
 
 def _drop(worker: Any) -> None:

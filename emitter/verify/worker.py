@@ -98,15 +98,17 @@ def worker_main(conn: Any, backend_name: str, backend_options: dict[str, Any], l
             continue
         if op == "run":
             _, pdict, seed = msg
-            vp = VerifyProblem.from_dict(pdict)
+            vp = None
             try:
                 if kernel is None:
                     raise RuntimeError("no instance loaded")
+                vp = VerifyProblem.from_dict(pdict, kernel.family)
                 res = run_case(backend, kernel, vp, seed,
                                on_launch=lambda: conn.send(("phase", "launch")),
                                on_launched=lambda: conn.send(("phase", "check")))
             except Exception as e:  # noqa: BLE001 - a bug here must not look like a kernel verdict
-                res = {"instance": getattr(kernel, "name", "?"), "problem": vp.label, "problem_spec": vp.as_dict(),
+                res = {"instance": getattr(kernel, "name", "?"), "problem": str(pdict.get("label", "?")),
+                       "problem_spec": dict(pdict),
                        "seed": seed, "status": "FAILED",
                        "reason": f"verifier error {type(e).__name__}: {e}",
                        "traceback": traceback.format_exc(limit=8)}

@@ -1,4 +1,4 @@
-"""Device-resident operands for one (op, problem), shared by every kernel of that op and the baseline.
+"""GEMM's profile workload: device-resident operands for one (op, problem), shared by every kernel of that op and the baseline.
 
 `ProblemData` allocates `sets` rotated input sets (A, B, C when beta != 0, D, bias) in PyCUDA memory,
 fills them with random values (never zeros) from a seed that depends only on the op and the problem, so
@@ -23,12 +23,12 @@ import numpy as np
 from emitter.dtypes import DType
 from emitter.profile.config import Problem
 from emitter.profile.records import Op
-from emitter.runtime.backend import (
-    CannotImplement, CudaFault, GemmProblem, Kernel, LaunchFailed,
-)
-from emitter.runtime.config import GemmConfig
+from emitter.families.gemm.config import GemmConfig
+from emitter.families.gemm.layout import MatrixLayout
+from emitter.families.gemm.problem import GemmProblem
+from emitter.runtime.backend import CannotImplement, CudaFault, Kernel, LaunchFailed
+from emitter.runtime.hostdata import storage_dtype
 from emitter.runtime.launcher import DriverError, PackedParams
-from emitter.runtime.hostdata import MatrixLayout, storage_dtype
 
 _WS_MARK = 0xA5                    # workspace bytes before initialize(): what it zeroes shows up as 0
 _WS_SCAN_LIMIT = 256 << 20         # larger workspaces are zeroed whole before each launch
@@ -169,9 +169,8 @@ class KernelLaunch:
                  settle: bool = True) -> None:
         import pycuda.driver as drv
 
-        from emitter.runtime.shim import (
-            EMITTER_BUFFER_TOO_SMALL, EMITTER_CANNOT_IMPLEMENT, EMITTER_OK, EmitterGemmProblem, status_name,
-        )
+        from emitter.families.gemm.abi import EmitterGemmProblem
+        from emitter.runtime.shim import EMITTER_BUFFER_TOO_SMALL, EMITTER_CANNOT_IMPLEMENT, EMITTER_OK, status_name
 
         self.drv = drv
         self.kernel = kernel

@@ -1,9 +1,9 @@
-"""The correctness check every profiled kernel passes on a problem before its time counts.
+"""GEMM's profile check: the correctness check every profiled kernel passes on a problem before its time counts.
 
 D is poisoned first (a NaN bit pattern kernels never produce), the kernel runs once on input set 0, and
 the result is compared with a reference in higher precision by relative Frobenius error, with the
 tolerance emitter.verify uses for the data type; NaN never passes and every element must be written.
-The criteria are emitter.verify's (emitter.verify.reference: tolerance, element-wise bound, compare).
+The criteria are emitter.verify's (emitter.families.gemm.reference: tolerance, element-wise bound, compare).
 The reference is computed once per (op, problem) and shared by every kernel of that op:
   * with torch (the GPU machine): on the GPU, in float32 without TF32 (float64 for f32 SIMT kernels),
     every element, on zero-copy views of the very buffers the kernel read (__cuda_array_interface__);
@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 
 from emitter.dtypes import DType
-from emitter.profile.workload import ProblemData
-from emitter.runtime.hostdata import MatrixLayout, bits_of, decode, poison_value, storage_dtype
+from emitter.families.gemm.layout import MatrixLayout
+from emitter.families.gemm.workload import ProblemData
+from emitter.runtime.hostdata import bits_of, decode, poison_value, storage_dtype
 
 SAMPLE_ROWS = 48
 SAMPLE_COLS = 256
@@ -28,7 +29,7 @@ SAMPLE_COLS = 256
 
 def tolerance(cfg: Any) -> float:
     """Relative Frobenius error allowed for an instance's types: emitter.verify's, the one source of truth."""
-    from emitter.verify.reference import tolerance as verify_tolerance
+    from emitter.families.gemm.reference import tolerance as verify_tolerance
 
     return float(verify_tolerance(cfg))
 
@@ -85,7 +86,7 @@ def check_torch(data: ProblemData, cfg: Any, split_k: int = 1) -> dict[str, Any]
     """Full-output check on the GPU: verify's tolerance and element-wise bound, on torch views of set 0."""
     import torch
 
-    from emitter.verify.reference import apply_activation, element_bound
+    from emitter.families.gemm.reference import apply_activation, element_bound
 
     lay, s = data.lay, data.sets[0]
     precise = data.cfg.a in (DType.f32, DType.f64) and cfg.op_class != "tensorop"
@@ -155,7 +156,7 @@ def _gather(storage: np.ndarray, lay: MatrixLayout, rows: np.ndarray, cols: np.n
 def check_host(data: ProblemData, cfg: Any, split_k: int = 1) -> dict[str, Any]:
     """float64 reference on sampled rows x columns (every batch), compared by emitter.verify's compare();
     the poison count covers the whole output."""
-    from emitter.verify.reference import compare, reference_gemm
+    from emitter.families.gemm.reference import compare, reference_gemm
 
     lay, s, dc = data.lay, data.sets[0], data.cfg
     arena = data.arena

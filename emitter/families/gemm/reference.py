@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from emitter.dtypes import DType
-from emitter.runtime.config import GemmConfig
+from emitter.families.gemm.config import GemmConfig
 from emitter.runtime.hostdata import bits_of, decode, encode, poison_value
 
 # Problems with more multiply-adds than this use the GPU reference when one is available.
@@ -154,7 +154,7 @@ def _to_output_semantics(z: np.ndarray, d: DType) -> np.ndarray:
 #     loosening is needed for long reductions;
 #   * the relative Frobenius tolerance (5e-2 for fp8) stays: 7e-3 estimated at K = 65536.
 # Small integers stay exact: a sum of integers whose every partial sum is at most 2^13 in magnitude
-# loses nothing at 13 kept bits (verify.check limits fp8 `int` problems to that, with or without it).
+# loses nothing at 13 kept bits (inputs.py limits fp8 `int` problems to that, with or without it).
 FAST_ACCUM_BITS = 13
 FAST_ACCUM_BLOCK_K = 32          # wgmma K for 8-bit inputs: one reduced-precision add per block
 FAST_ACCUM_FACTOR = 10.0
@@ -380,3 +380,29 @@ def compare(cfg: GemmConfig, d_storage: np.ndarray, ref: np.ndarray, exact: bool
         cmp.reason = (f"{why}; {n} elements outside the element-wise bound; worst at batch={w.get('batch')} "
                       f"row={w.get('row')} col={w.get('col')}: got {w.get('got')} want {w.get('want')}")
     return cmp
+
+
+# ---------------------------------------------------------------------------------------------- the hooks
+def reference_case(cfg: GemmConfig, p: Any, inputs: Any, device: str | None = None) -> np.ndarray:
+    """RuntimeFamily.reference: D's float64 reference for a verify case's inputs (GemmInputs)."""
+    v = inputs.values
+    return reference_gemm(cfg, p.alpha, p.beta, v["A"], v["B"], v["C"], v.get("bias"), device=device)
+
+
+def compare_case(cfg: GemmConfig, p: Any, inputs: Any, outputs: Any, ref: np.ndarray) -> dict[str, Any]:
+    """RuntimeFamily.compare: D (storage after the launch) against the reference, and no write outside D's
+    matrices (padding between rows / batches keeps its poison)."""
+    d_storage = outputs["D"]
+    ld = inputs.values["layouts"]["D"]
+    d_logical = ld.gather(d_storage)
+    outside = ld.outside_mask(d_storage.shape[0])
+    poison_bits = bits_of(np.asarray(poison_value(cfg.d)).reshape(1))[0]
+    stray = 0 if outside is None else int((bits_of(d_storage)[outside] != poison_bits).sum())
+    cmp = compare(cfg, d_logical, ref, inputs.exact, split_k=p.split_k, k=p.k)
+    out = cmp.as_dict()
+    if stray and out["status"] == "PASSED" and outside is not None:
+        first = int(np.flatnonzero(outside & (bits_of(d_storage) != poison_bits))[0])
+        out["status"] = "FAILED"
+        out["reason"] = f"{stray} elements written outside D's matrices (first at storage index {first})"
+    out["stray_writes"] = stray
+    return out

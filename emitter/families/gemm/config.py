@@ -1,4 +1,5 @@
-"""The facts about a manifest GEMM instance that running and checking it need, parsed from its `config`.
+"""The facts about a manifest GEMM instance that running and checking it need, parsed from its `config`
+(the GEMM family's run-time config: emitter.families.gemm.runtime.config_from_entry).
 
 The manifest is the contract (docs/architecture.md): runtime and verify read `config` (GemmInstance.config()
 as JSON), never the YAML and never the .cu text.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 from emitter.dtypes import DType
 from emitter.errors import ManifestError
@@ -18,6 +19,8 @@ ACTIVATIONS = ("identity", "relu", "gelu", "silu", "sigmoid", "clamp")
 
 @dataclass(frozen=True)
 class GemmConfig:
+    FAMILY: ClassVar[str] = "gemm"
+
     name: str
     arch: str
     a: DType
