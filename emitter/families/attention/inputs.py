@@ -88,7 +88,7 @@ def make_inputs(inst, p: AttentionProblem, data: str, seed: int) -> Inputs:
         buffers["cu_seqlens_k"] = None
     outputs = ("o", "lse") if inst.lse else ("o",)
     return Inputs(buffers=buffers, outputs=outputs, values=values, exact=False,
-                  info={"data": data, "seed": seed})
+                  info={"input_kind": data})
 
 
 def gather_outputs(inst, p: AttentionProblem, outputs: dict[str, np.ndarray]) -> dict[str, list[np.ndarray]]:

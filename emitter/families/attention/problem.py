@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 from emitter.errors import SpecError
 
@@ -26,6 +26,8 @@ MAX_DIM = 1 << 24
 
 @dataclass(frozen=True)
 class AttentionProblem:
+    FAMILY: ClassVar[str] = "attention"   # the stages find the family's hooks through it
+
     batch: int
     heads_q: int
     heads_kv: int
@@ -127,7 +129,12 @@ class AttentionProblem:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "AttentionProblem":
-        d = dict(d)
+        fields = {"batch", "heads_q", "heads_kv", "seq_q", "seq_k", "head_dim", "head_dim_v", "scale", "layout",
+                  "seqlens_q", "seqlens_k"}
+        d = {k: v for k, v in d.items() if k in fields}   # a result record also holds label, data, source
+        if d.get("seqlens_q") is not None:                # varlen: batch and max lengths follow from the lengths
+            d.pop("seq_q", None)
+            d.pop("seq_k", None)
         for k in ("seqlens_q", "seqlens_k"):
             if d.get(k) is not None:
                 d[k] = tuple(int(x) for x in d[k])
@@ -191,7 +198,7 @@ def not_supported_reasons(inst, p: AttentionProblem) -> list[str]:
     if not inst.key_tail and any(sk % inst.tile_kv for _, sk in p.lengths()):
         out.append(f"seq_k not a multiple of tile_kv={inst.tile_kv} and the instance has key_tail false")
     # the sm80 kernel's 32-bit row offsets
-    if inst.arch.yaml == "sm80":
+    if getattr(inst.arch, "yaml", inst.arch) == "sm80":
         s = p.strides()
         for name, rows in (("q", p.seq_q), ("k", p.seq_k), ("v", p.seq_k), ("o", p.seq_q)):
             if s[name][1] * rows >= 2 ** 31:

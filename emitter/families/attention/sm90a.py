@@ -15,7 +15,9 @@ What the instance compiles (templates/attention/sm90a/, level by level):
 Schedules: `cooperative` (two consumer warp groups share a 128-row Q tile; persistent optional) and
 `pingpong` (upstream's builder spelling of it: persistent, Q loaded by its own producer warp). `tma`
 (FmhaKernelTma, no warp specialization) is refused: slower, and not emitted here. Variable sequence
-lengths are refused (see _VARLEN_REASON).
+lengths (varlen: true): cooperative, non-persistent, key tail on, packed [total, heads, dim]; the loads
+read each sequence through descriptors offset per sequence (rows past its end clipped), the epilogue
+stores O with predicated stores (templates/attention/sm90a/varlen_mainloop.cu.j2, epilogue.cu.j2).
 """
 
 from __future__ import annotations
@@ -37,12 +39,6 @@ MAX_ACC_COLUMNS = 384           # tile_kv + head_dim: the S and O accumulators o
 AUTO_STAGES_MAX = 5             # upstream's default K/V stage count (kStagesKV)
 
 _ELEMENT = {DType.f16: "cutlass::half_t", DType.bf16: "cutlass::bfloat16_t"}
-
-_VARLEN_REASON = (
-    "variable sequence lengths (cu_seqlens) are not implemented for sm90a: they need a tile scheduler that "
-    "walks per-sequence query blocks from cu_seqlens_q, K/V/Q/O TMA loads and stores at per-sequence row "
-    "offsets into the packed [total, heads, dim] tensors (with the tail of each sequence masked rather than "
-    "clipped by the descriptor), and the mask level reading each sequence's lengths; use arch sm80 for varlen")
 
 
 class _Reject(Exception):
@@ -120,8 +116,6 @@ def _resolve(inst: AttentionInstance) -> AttentionInstance:
         _fail("sm90a-head-dim-v",
               f"head_dim_v {inst.head_dim_v} != head_dim {inst.head_dim}: the Hopper FMHA tile has one head "
               f"dim for Q, K, V and O; use head_dim_v = head_dim, or arch sm80")
-    if inst.varlen:
-        _fail("sm90a-varlen", _VARLEN_REASON)
     if inst.layout not in (Layout.bshd, Layout.bhsd):
         _fail("sm90a-layout", f"layout {inst.layout} is not supported: use bshd or bhsd")
 
@@ -149,6 +143,18 @@ def _resolve(inst: AttentionInstance) -> AttentionInstance:
               f"thread would hold {acc // 2} f32 accumulators (S and O) plus P, more than the "
               f"{240} registers a consumer thread gets; keep tile_kv + head_dim <= {MAX_ACC_COLUMNS} "
               f"(e.g. tile_kv {MAX_ACC_COLUMNS - inst.head_dim})")
+
+    if inst.varlen:
+        if persistent:
+            _fail("sm90a-varlen-persistent",
+                  f"varlen with a persistent schedule ({schedule}): a block past its sequence's end is skipped, "
+                  f"which only the one-CTA-per-tile scheduler allows; use schedule cooperative, persistent false")
+        if not inst.key_tail:
+            _fail("sm90a-varlen-key-tail",
+                  "varlen needs key_tail: true: each sequence's last KV tile reads past its end and is masked")
+        if inst.layout is not Layout.bshd:
+            _fail("sm90a-varlen-layout",
+                  f"varlen tensors are packed [total, heads, dim] (layout bshd), not {inst.layout}: use layout bshd")
 
     resolved = inst.replace(schedule=schedule, persistent=persistent)
     if inst.stages != AUTO:
@@ -198,12 +204,13 @@ def template_context(inst: AttentionInstance) -> dict[str, Any]:
         "schedule": inst.schedule.value,
         "persistent": persistent,
         # upstream's ping-pong loads Q in its own warp; GQA needs that too (Q and K/V index different heads)
-        "loads_q_separately": pingpong or bool(inst.gqa),
+        "loads_q_separately": pingpong or bool(inst.gqa) or bool(inst.varlen),
         "causal": inst.mask is not Mask.none,
         "bottom_right": inst.mask is Mask.causal_bottom_right,
         "key_tail": bool(inst.key_tail),
         "lse": bool(inst.lse),
         "gqa": bool(inst.gqa),
+        "varlen": bool(inst.varlen),
         "layout": inst.layout.value,
         "vector_elements": 16 // (inst.dtype.bits // 8),
         "mask_text": _mask_text(inst),

@@ -83,12 +83,41 @@ class AttentionKernel:
             p.lse = lse.data_ptr()
         return p
 
-    def prepare(self, q, k, v, o, lse=None, scale: float = 0.0, stream: int | None = None):
+    @staticmethod
+    def problem_varlen(q, k, v, o, cu_seqlens_q, cu_seqlens_k, lse=None, scale: float = 0.0) -> EmitterAttentionProblem:
+        """Packed sequences: q, o [total_q, heads_q, dim]; k, v [total_k, heads_kv, dim]; cu_seqlens int32 on the
+        device (batch + 1 entries from 0); lse [heads_q, total_q] float32."""
+        cq = [int(x) for x in cu_seqlens_q.tolist()]
+        ck = [int(x) for x in cu_seqlens_k.tolist()]
+        p = EmitterAttentionProblem()
+        p.batch, p.heads_q, p.heads_kv = len(cq) - 1, q.shape[1], k.shape[1]
+        p.seq_q = max(b - a for a, b in zip(cq, cq[1:]))
+        p.seq_k = max(b - a for a, b in zip(ck, ck[1:]))
+        p.total_q, p.total_k = q.shape[0], k.shape[0]
+        p.head_dim, p.head_dim_v = q.shape[2], v.shape[2]
+        p.scale = float(scale)
+        for field, t in (("stride_q", q), ("stride_k", k), ("stride_v", v), ("stride_o", o)):
+            if t.stride(2) != 1:
+                raise ValueError(f"{field[7:]}: the head dim must be contiguous")
+            arr = getattr(p, field)
+            arr[0], arr[1], arr[2] = 0, t.stride(0), t.stride(1)
+        p.q, p.k, p.v, p.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
+        p.cu_seqlens_q, p.cu_seqlens_k = cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()
+        if lse is not None:
+            p.stride_lse[0], p.stride_lse[1] = 0, lse.stride(0)
+            p.lse = lse.data_ptr()
+        return p
+
+    def prepare(self, q, k, v, o, lse=None, scale: float = 0.0, stream: int | None = None, *,
+                cu_seqlens_q=None, cu_seqlens_k=None):
         """Params for this problem (initialize once): returns launch(), which runs the kernel on `stream`
-        (default: torch's current stream) each time it is called."""
+        (default: torch's current stream) each time it is called. With cu_seqlens: packed varlen tensors."""
         import torch
 
-        p = self.problem(q, k, v, o, lse, scale)
+        if cu_seqlens_q is not None:
+            p = self.problem_varlen(q, k, v, o, cu_seqlens_q, cu_seqlens_k, lse, scale)
+        else:
+            p = self.problem(q, k, v, o, lse, scale)
         status, _ = self.shim.query(p)
         if status != 0:
             raise CannotRun(status, self.reason())
@@ -98,7 +127,7 @@ class AttentionKernel:
             raise CannotRun(status, self.reason())
         packed = PackedParams(params)
         grid, block, shared = tuple(launch.grid), tuple(launch.block), int(launch.shared_bytes)
-        keep = (q, k, v, o, lse)
+        keep = (q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k)
 
         def run() -> None:
             _ = keep
@@ -107,8 +136,8 @@ class AttentionKernel:
                     "params_align": int(launch.params_align)}
         return run
 
-    def __call__(self, q, k, v, o, lse=None, scale: float = 0.0) -> None:
-        self.prepare(q, k, v, o, lse, scale)()
+    def __call__(self, q, k, v, o, lse=None, scale: float = 0.0, *, cu_seqlens_q=None, cu_seqlens_k=None) -> None:
+        self.prepare(q, k, v, o, lse, scale, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)()
 
 
 def reference(q, k, v, *, mask: str = "none", scale: float = 0.0):
@@ -138,6 +167,24 @@ def reference(q, k, v, *, mask: str = "none", scale: float = 0.0):
     return out.permute(0, 2, 1, 3).contiguous(), lse
 
 
+def reference_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, mask: str = "none", scale: float = 0.0):
+    """(O [total_q, hq, dv], LSE [hq, total_q]) in float64, sequence by sequence through reference()."""
+    import torch
+
+    cq = [int(x) for x in cu_seqlens_q.tolist()]
+    ck = [int(x) for x in cu_seqlens_k.tolist()]
+    out = torch.zeros(q.shape[0], q.shape[1], v.shape[2], dtype=torch.float64, device=q.device)
+    lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float64, device=q.device)
+    for b in range(len(cq) - 1):
+        if cq[b + 1] == cq[b]:
+            continue
+        o_b, l_b = reference(q[None, cq[b]:cq[b + 1]], k[None, ck[b]:ck[b + 1]], v[None, ck[b]:ck[b + 1]],
+                             mask=mask, scale=scale)
+        out[cq[b]:cq[b + 1]] = o_b[0]
+        lse[:, cq[b]:cq[b + 1]] = l_b[0]
+    return out, lse
+
+
 def compare(got, want, *, tol: float) -> dict[str, Any]:
     """Relative Frobenius error and the worst element; NaN or an unwritten (poisoned) element never passes."""
     import torch
@@ -156,4 +203,4 @@ def compare(got, want, *, tol: float) -> dict[str, Any]:
             "max_abs_err": float(diff.abs().max()), "worst_index": worst}
 
 
-__all__ = ["AttentionKernel", "CannotRun", "reference", "compare", "manifest_configs"]
+__all__ = ["AttentionKernel", "CannotRun", "reference", "reference_varlen", "compare", "manifest_configs"]

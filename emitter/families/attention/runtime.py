@@ -1,0 +1,205 @@
+"""The attention family's run-time hooks (emitter.families.base.RuntimeFamily): what verify and the runtime
+backends call for a manifest entry with `family: attention`. Each hook is a function of a module beside this
+one; this module names them and adapts signatures.
+
+    problem.py     AttentionProblem, the parser, not_supported_reasons
+    inputs.py      make_inputs (normal / int / large), the storage layout
+    reference.py   float64 reference (numpy; torch on the GPU machine)
+    check.py       compare (where a case failed: heads, masked rows, LSE)
+    fake.py        the fake backend's independent computation and its planted faults
+    abi.py         the host shim's emitter_attention_problem (c_problem)
+    flops.py       exact FLOPs over the unmasked pairs
+
+Profile hooks (baselines: torch SDPA cuDNN / flash / efficient) are not provided yet: verify runs, profile
+reports the family as not profilable (emitter.families.base.PROFILE_HOOKS).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from emitter.errors import ManifestError, SpecError
+from emitter.families.attention import abi as _abi
+from emitter.families.attention.check import compare  # noqa: F401
+from emitter.families.attention.fake import FAKE_FAULTS
+from emitter.families.attention.fake import fake_run as _fake_run
+from emitter.families.attention.flops import flops as _flops
+from emitter.families.attention.inputs import DATA_KINDS, make_inputs  # noqa: F401
+from emitter.families.attention.model import AttentionInstance
+from emitter.families.attention.problem import (
+    PROBLEM_KEYS as _KEYS, AttentionProblem, ProblemError, make_problem, parse_problem_text,
+)
+from emitter.families.attention.problem import not_supported_reasons as _reasons
+from emitter.families.attention.reference import reference  # noqa: F401
+from emitter.families.base import Footprint
+
+NAME = "attention"
+PROBLEM_KEYS = _KEYS + ("data", "label")
+BASELINES: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    """A manifest attention entry: its name, arch (manifest spelling) and the AttentionInstance its config
+    describes; other attributes (dtype, mask, lse, tile_kv, ...) read through to the instance."""
+
+    FAMILY = "attention"
+    name: str
+    arch: str
+    instance: AttentionInstance = field(repr=False)
+
+    def __getattr__(self, key: str) -> Any:        # only for names the dataclass lacks
+        if key == "instance":
+            raise AttributeError(key)
+        return getattr(self.instance, key)
+
+
+def config_from_entry(entry: Mapping[str, Any], root: Any = None) -> AttentionConfig:
+    name = str(entry.get("name", "?")) if isinstance(entry, Mapping) else "?"
+    cfg = entry.get("config") if isinstance(entry, Mapping) else None
+    if not isinstance(cfg, Mapping):
+        raise ManifestError(f"instance {name}: `config` must be a mapping (re-run `emitter emit`)")
+    try:
+        inst = AttentionInstance.from_config(dict(cfg))
+    except (KeyError, ValueError, TypeError) as e:
+        raise ManifestError(f"instance {name}: unreadable attention config ({type(e).__name__}: {e}); "
+                            f"re-run `emitter emit`") from None
+    return AttentionConfig(name=name, arch=inst.arch.yaml, instance=inst)
+
+
+# ---------------------------------------------------------------------------------------------- problems
+def problem_from_dict(d: Mapping[str, Any]) -> AttentionProblem:
+    return AttentionProblem.from_dict(d)
+
+
+def problem_to_dict(p: AttentionProblem) -> dict[str, Any]:
+    return p.to_dict()
+
+
+def problem_label(p: AttentionProblem, data: str) -> str:
+    return f"{p.label()}_{data}" if data else p.label()
+
+
+def parse_problem(text: str, where: str = "<command line>") -> list[dict[str, Any]]:
+    try:
+        d = parse_problem_text(text)
+    except ValueError as e:
+        raise SpecError(f"bad attention problem {text!r}: {e}", file=where, key_path="--problem", value=text,
+                        allowed="b=2,hq=16,hkv=4,sq=1000,sk=1000,d=128[,dv=..][,scale=..][,layout=bhsd]; varlen: "
+                                "lq=100:37,lk=120:40", fix="comma-separated key=value pairs") from None
+    return [d]
+
+
+def problem_from_mapping(item: Mapping[str, Any], where: str, line: int | None, key_path: str,
+                         key_lines: Mapping[str, int] | None = None) -> AttentionProblem:
+    unknown = [k for k in item if k not in _KEYS]
+    if unknown:
+        raise SpecError(f"unknown attention problem key {unknown[0]!r}", file=where, line=line,
+                        key_path=f"{key_path}.{unknown[0]}", value=unknown[0], allowed=PROBLEM_KEYS,
+                        fix="remove it or fix its spelling")
+    kw = dict(item)
+    for k in ("seqlens_q", "seqlens_k"):
+        if isinstance(kw.get(k), list):
+            kw[k] = tuple(kw[k])
+    try:
+        return make_problem(**kw)
+    except (ProblemError, TypeError) as e:
+        raise SpecError(f"bad attention problem: {e}", file=where, line=line, key_path=key_path, value=dict(item),
+                        fix="give hq, d and b/sq/sk (or seqlens_q/seqlens_k)") from None
+
+
+def default_problems(cfg: AttentionConfig, quick: bool = False) -> list[tuple[AttentionProblem, str]]:
+    """The default verify set: sequence lengths that are not tile multiples, seq_q != seq_k both ways (both
+    causal alignments see rows with few or no keys), GQA groups (MQA too) on GQA instances, a run-time
+    scale, both data kinds plus large magnitudes; varlen instances get ragged cu_seqlens with an empty
+    sequence. quick: small sizes only (CI / fake backend)."""
+    d, dv, lay = cfg.head_dim, cfg.head_dim_v, cfg.layout.value
+    hq, hkv = (8, 2) if cfg.gqa else (4, 4)
+    out: list[tuple[AttentionProblem, str]] = []
+
+    def P(data: str, **kw: Any) -> None:
+        kw.setdefault("heads_q", hq)
+        kw.setdefault("heads_kv", hkv)
+        out.append((make_problem(head_dim=d, head_dim_v=dv, layout=lay, **kw), data))
+
+    if cfg.varlen:
+        P("normal", seqlens_q=(1, 77, 130, 64), seqlens_k=(5, 77, 97, 0))
+        P("int", seqlens_q=(33, 3), seqlens_k=(65, 200), scale=0.25)
+        P("large", seqlens_q=(100, 64), seqlens_k=(100, 129))
+        if cfg.gqa:
+            P("normal", heads_kv=1, seqlens_q=(17, 50), seqlens_k=(70, 3))
+        if not quick:
+            P("normal", seqlens_q=(1000, 513, 2), seqlens_k=(1000, 1024, 700))
+        return out
+    P("normal", batch=2, seq_q=77, seq_k=77)
+    P("normal", batch=1, seq_q=100, seq_k=130, scale=0.3)
+    P("normal", batch=2, seq_q=130, seq_k=65)
+    P("int", batch=2, seq_q=64, seq_k=129)
+    P("large", batch=1, seq_q=96, seq_k=200)
+    if cfg.gqa:
+        P("normal", batch=1, heads_q=4, heads_kv=1, seq_q=33, seq_k=47)
+    if not quick:
+        P("normal", batch=2, seq_q=1000, seq_k=1000)
+        P("normal", batch=1, seq_q=513, seq_k=2048, scale=0.1)
+    return out
+
+
+def not_supported_reasons(cfg: AttentionConfig, p: AttentionProblem) -> list[str]:
+    return _reasons(cfg, p)
+
+
+def resolve_problem(cfg: AttentionConfig, p: AttentionProblem) -> AttentionProblem:
+    return p
+
+
+def with_options(cfg: AttentionConfig, p: AttentionProblem, options: int) -> AttentionProblem | str:
+    return p if options == 0 else "attention instances have no run-time scheduler options"
+
+
+def footprint(cfg: AttentionConfig, p: AttentionProblem) -> Footprint:
+    e = p.elements()
+    size = cfg.dtype.bytes
+    dev = (e["q"] + e["k"] + e["v"] + e["o"]) * size + e["lse"] * 4
+    if max(cfg.head_dim, cfg.head_dim_v) > cfg.tile_kv:         # sm80 multi-pass: f32 accumulator workspace
+        dev += e["o"] * 4
+    pairs = sum(sq * sk for sq, sk in p.lengths()) * p.heads_q
+    host = dev + 8 * (e["q"] + e["k"] + e["v"] + 3 * e["o"] + 2 * e["lse"]) + 8 * 4 * pairs
+    return Footprint(device=dev, host=host)
+
+
+def flops(cfg: AttentionConfig, p: AttentionProblem) -> int:
+    return _flops(cfg, p)
+
+
+# ---------------------------------------------------------------------------------------------- backends
+def c_problem(cfg: AttentionConfig, p: AttentionProblem, pointers: Mapping[str, int]) -> ctypes.Structure:
+    """emitter_attention_problem for device pointers by buffer name (q, k, v, o, lse, cu_seqlens_q/k)."""
+    s = p.strides()
+    c = _abi.EmitterAttentionProblem()
+    c.batch, c.heads_q, c.heads_kv = p.batch, p.heads_q, p.heads_kv
+    c.seq_q, c.seq_k = p.seq_q, p.seq_k
+    c.head_dim, c.head_dim_v = p.head_dim, p.head_dim_v
+    c.scale = float(p.scale)
+    c.flags = 0
+    c.total_q, c.total_k = p.total_q, p.total_k
+    for name in ("q", "k", "v", "o"):
+        arr = getattr(c, f"stride_{name}")
+        for i, v in enumerate(s[name]):
+            arr[i] = int(v)
+    c.stride_lse[0], c.stride_lse[1] = (int(x) for x in s["lse"])
+    for name in ("q", "k", "v", "o", "lse", "cu_seqlens_q", "cu_seqlens_k"):
+        setattr(c, name, int(pointers.get(name) or 0) or None)
+    return c
+
+
+def fake_run(cfg: AttentionConfig, p: AttentionProblem, buffers: Mapping[str, Any],
+             faults: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    return _fake_run(cfg, p, buffers, faults)
+
+
+__all__ = ["NAME", "DATA_KINDS", "PROBLEM_KEYS", "FAKE_FAULTS", "BASELINES", "AttentionConfig", "config_from_entry",
+           "problem_from_dict", "problem_to_dict", "problem_label", "parse_problem", "problem_from_mapping",
+           "default_problems", "not_supported_reasons", "resolve_problem", "with_options", "footprint", "flops",
+           "make_inputs", "reference", "compare", "c_problem", "fake_run"]
