@@ -8,7 +8,7 @@ SPECS   ?= configs/gemm/*.yaml
 DEMO_SPECS ?= configs/demo.yaml
 JOBS    ?=
 
-.PHONY: install demo demo-all emit build verify profile test test-fast test-gpu bench bench-gpu bench-gpu-explore bench-attention perf-doc golden clean
+.PHONY: install demo demo-all emit build verify profile test test-fast test-gpu bench bench-gpu bench-gpu-explore bench-attention bench-conv perf-doc golden clean
 
 install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -82,6 +82,9 @@ bench-gpu-explore:       # on the GPU machine: bench-gpu plus the candidates of 
 
 bench-attention:         # on the GPU machine: emit, build, verify and time the sm90a attention anchor set vs torch SDPA (issue 27)
 	python3 benchmarks/attention_bench.py --out results/attention -j 16 --doc docs/attention_performance.md
+
+bench-conv:              # on the GPU machine: emit, build (-j 16), verify and time the ResNet-50 conv layers vs cuDNN (issue 28)
+	python3 benchmarks/conv_bench.py --out $${OUT:-results}/conv -j 16 --doc docs/conv_performance.md
 
 perf-doc: install        # no GPU: docs/performance.md from the run records in docs/perf/runs (oldest first), then RUN=<run dir> if given
 	$(BIN)/python benchmarks/profile_sm90a.py $(foreach r,$(sort $(filter-out %.tuning.json,$(wildcard docs/perf/runs/*.json))) $(RUN),--report-only $(r)) --doc docs/performance.md

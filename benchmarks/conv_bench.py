@@ -1,0 +1,332 @@
+#!/usr/bin/env python3
+"""The ResNet-50 convolution layer set of issue 28 against cuDNN (torch), f16 and bf16, N = 128.
+
+On the GPU machine (H100 / H200), from the repository root:
+
+    python3 benchmarks/conv_bench.py --out $OUT/conv -j 16 [--doc docs/conv_performance.md]
+
+1. emit configs/conv/sm90a_bench.yaml (12 instances) and build them (`emitter build -j N`);
+2. verify every built kernel on its default problems (odd C/K/H/W, stride 2, dilation 2, 1x1, 7x7, asymmetric
+   padding, beta 0 and != 0) against a float64 torch reference with poisoned outputs (emitter.families.conv.runner);
+   a kernel that fails is not timed;
+3. per layer, op (fprop, then dgrad, wgrad) and dtype: every verified kernel that can run the layer and cuDNN
+   (torch.backends.cudnn.benchmark = True, channels_last; dgrad / wgrad through torch.nn.grad.conv2d_input /
+   conv2d_weight) on the same input buffers, rotated through enough sets to pass the L2; the same warm-up for
+   every function, then --reps timings of a batch of back-to-back calls between two CUDA events, the functions in
+   alternation, median per call;
+4. cross-check the best kernel's output against cuDNN's on the full layer;
+5. print the table (layer, op, dtype, best kernel, TFLOP/s, cuDNN TFLOP/s, ratio, GPU) and geometric means, and
+   write conv.json + conv.md under --out (and --doc).
+
+TFLOP/s = 2 * N * K * P * Q * C * R * S / t (the issue's convention; the first layer counts C = 3 although the
+sm80 fixed-channels kernel reads its input padded to C = 4).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import statistics
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+# (label, C, H=W, K, R=S, stride, pad) -- issue 28's table
+LAYERS = [
+    ("C64 56² K64 3x3", 64, 56, 64, 3, 1, 1),
+    ("C128 28² K128 3x3", 128, 28, 128, 3, 1, 1),
+    ("C256 14² K256 3x3", 256, 14, 256, 3, 1, 1),
+    ("C512 7² K512 3x3", 512, 7, 512, 3, 1, 1),
+    ("C256 56² K64 1x1", 256, 56, 64, 1, 1, 0),
+    ("C64 56² K256 1x1", 64, 56, 256, 1, 1, 0),
+    ("C1024 14² K256 1x1", 1024, 14, 256, 1, 1, 0),
+    ("C3 224² K64 7x7 s2", 3, 224, 64, 7, 2, 3),
+]
+OPS = ("fprop", "dgrad", "wgrad")
+DTYPES = ("f16", "bf16")
+L2_BYTES = 60 << 20
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def run(cmd: list[str], what: str) -> subprocess.CompletedProcess:
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    log(f"[{what}] rc={p.returncode} in {time.perf_counter() - t0:.1f} s")
+    for line in (p.stdout + p.stderr).strip().splitlines()[-8:]:
+        log(f"  {line}")
+    return p
+
+
+class Timer:
+    """Same warm-up for every function; reps of a batch of calls between two events, alternating; median/call."""
+
+    def __init__(self, torch, reps: int, min_ms: float, warmup: int) -> None:
+        self.torch, self.reps, self.min_ms, self.warmup = torch, reps, min_ms, warmup
+
+    def _batch_ms(self, fn, calls: int) -> float:
+        t = self.torch
+        a, b = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
+        a.record()
+        for i in range(calls):
+            fn(i)
+        b.record()
+        b.synchronize()
+        return a.elapsed_time(b)
+
+    def time(self, fns: dict) -> dict:
+        calls = {}
+        for name, fn in fns.items():
+            for i in range(self.warmup):
+                fn(i)
+            self.torch.cuda.synchronize()
+            one = max(self._batch_ms(fn, 3) / 3, 1e-3)
+            calls[name] = max(1, min(200, int(math.ceil(self.min_ms / one))))
+        samples = {name: [] for name in fns}
+        for _ in range(self.reps):
+            for name, fn in fns.items():
+                samples[name].append(self._batch_ms(fn, calls[name]) / calls[name])
+        return {name: statistics.median(v) for name, v in samples.items()}
+
+
+def problem_for(layer, n: int, pad_c: bool = False):
+    from emitter.families.conv.problem import ConvProblem
+    _, c, hw, k, rs, st, pad = layer
+    return ConvProblem(n=n, h=hw, w=hw, c=4 if (pad_c and c == 3) else c, k=k, r=rs, s=rs,
+                       pad_front=(0, pad, pad), pad_back=(0, pad, pad), stride=(1, st, st))
+
+
+def tdtype(torch, dt: str):
+    return {"f16": torch.float16, "bf16": torch.bfloat16}[dt]
+
+
+def bench_case(torch, timer: Timer, layer, op: str, dt: str, kernels: list, n: int) -> dict:
+    import torch.nn.functional as F
+
+    from emitter.families.conv.flops import conv_flops
+    from emitter.families.conv.runner import CannotRun
+
+    p = problem_for(layer, n)
+    flops = conv_flops(p)
+    label = layer[0]
+    cands = [k for k in kernels if k.cfg.op == op and k.cfg.a.yaml == dt]
+    td = tdtype(torch, dt)
+    st, pad = layer[5], layer[6]
+    z, P, Q = p.output_extents()
+    # operand sets: x (N,1,H,W,C), w (K,1,R,S,C), y (N,1,P,Q,K); rotated past the L2
+    set_bytes = 2 * 2 * (p.n * p.h * p.w * p.c + p.k * p.r * p.s * p.c + p.n * P * Q * p.k)   # inputs + an output
+    nsets = max(1, min(8, math.ceil(2 * L2_BYTES / max(set_bytes, 1))))
+    g = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"{label} {op} {dt}".encode()))
+    sets = []
+    for _ in range(nsets):
+        s = {"x": torch.randn((p.n, 1, p.h, p.w, p.c), device="cuda", generator=g).to(td),
+             "w": torch.randn((p.k, 1, p.r, p.s, p.c), device="cuda", generator=g).to(td) * (1.0 / math.sqrt(p.c * p.r * p.s)),
+             "y": torch.randn((p.n, 1, P, Q, p.k), device="cuda", generator=g).to(td)}
+        out = {"fprop": "y", "dgrad": "x", "wgrad": "w"}[op]
+        s["out"] = torch.empty_like(s[out])
+        sets.append(s)
+
+    def nchw(t):   # (N,1,H,W,C) storage -> NCHW logical, channels_last memory
+        return t[:, 0].permute(0, 3, 1, 2)
+
+    if op == "fprop":
+        def cudnn(i):
+            s = sets[i % nsets]
+            return F.conv2d(nchw(s["x"]), nchw(s["w"]), stride=st, padding=pad)
+    elif op == "dgrad":
+        def cudnn(i):
+            s = sets[i % nsets]
+            return torch.nn.grad.conv2d_input((p.n, p.c, p.h, p.w), nchw(s["w"]), nchw(s["y"]), stride=st, padding=pad)
+    else:
+        def cudnn(i):
+            s = sets[i % nsets]
+            return torch.nn.grad.conv2d_weight(nchw(s["x"]), (p.k, p.c, p.r, p.s), nchw(s["y"]), stride=st, padding=pad)
+
+    fns = {"cudnn": cudnn}
+    launches = {}
+    for k in cands:
+        kp = problem_for(layer, n, pad_c=k.cfg.iterator == "fixed_channels")
+        if kp.c != p.c:      # the kernel reads C padded to 4: its own zero-padded input sets
+            if op != "fprop":
+                continue
+            ksets = []
+            for s in sets:
+                xp = torch.zeros((p.n, 1, p.h, p.w, kp.c), device="cuda", dtype=td)
+                xp[..., :p.c] = s["x"]
+                wp = torch.zeros((p.k, 1, p.r, p.s, kp.c), device="cuda", dtype=td)
+                wp[..., :p.c] = s["w"]
+                ksets.append({"x": xp, "w": wp, "y": s["y"], "out": s["out"]})
+        else:
+            ksets = sets
+        out_name = {"fprop": "y", "dgrad": "x", "wgrad": "w"}[op]
+        prepared = []
+        try:
+            stream = torch.cuda.current_stream().cuda_stream
+            for s in ksets:
+                ptrs = {t: s[t].data_ptr() for t in ("x", "w", "y")}
+                ptrs[out_name] = s["out"].data_ptr()
+                prepared.append(k.prepare(kp, ptrs, stream))
+        except CannotRun:
+            continue
+        except Exception as e:  # noqa: BLE001
+            log(f"  {k.name}: cannot prepare {label} {op}: {e}")
+            continue
+
+        def launch(i, k=k, prepared=prepared):
+            packed, ln = prepared[i % len(prepared)]
+            k.launch(packed, ln, torch.cuda.current_stream().cuda_stream)
+        fns[k.name] = launch
+        launches[k.name] = (ksets, out_name)
+    if len(fns) == 1:
+        return {"layer": label, "op": op, "dtype": dt, "kernel": None, "reason": "no kernel can run this layer",
+                "cudnn_tflops": None, "tflops": None, "ratio": None}
+    times = timer.time(fns)
+    best = min((n_ for n_ in fns if n_ != "cudnn"), key=lambda n_: times[n_])
+    # cross-check the best kernel against cuDNN on set 0
+    ksets, out_name = launches[best]
+    ksets[0]["out"].fill_(float("nan"))
+    fns[best](0)
+    torch.cuda.synchronize()
+    ref = cudnn(0).float()
+    got = nchw(ksets[0]["out"]).float()
+    rel = float((got - ref).norm() / max(ref.norm(), 1e-30))
+    ok = math.isfinite(rel) and rel < 2e-2
+    row = {"layer": label, "op": op, "dtype": dt, "kernel": best, "time_ms": times[best], "cudnn_ms": times["cudnn"],
+           "tflops": flops / (times[best] * 1e-3) / 1e12, "cudnn_tflops": flops / (times["cudnn"] * 1e-3) / 1e12,
+           "ratio": times["cudnn"] / times[best], "check_rel_err": rel, "check": "ok" if ok else "MISMATCH",
+           "candidates": {k_: flops / (t * 1e-3) / 1e12 for k_, t in times.items()}, "sets": nsets}
+    return row
+
+
+def geomean(xs):
+    xs = [x for x in xs if x]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def short(name: str | None) -> str:
+    if not name:
+        return "-"
+    return name.replace("_accf32", "").replace("_identity", "").replace("_strided", "")
+
+
+def table(rows: list[dict], gpu: str) -> tuple[str, dict]:
+    lines = [f"GPU: {gpu}", "",
+             "| layer | op | dtype | best kernel | TFLOP/s | cuDNN TFLOP/s | ratio | check |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        f = (lambda v: f"{v:.0f}" if v else "-")
+        lines.append(f"| {r['layer']} | {r['op']} | {r['dtype']} | {short(r.get('kernel'))} | {f(r.get('tflops'))} | "
+                     f"{f(r.get('cudnn_tflops'))} | {r['ratio']:.2f}x | {r.get('check', r.get('reason', ''))} |"
+                     if r.get("ratio") else
+                     f"| {r['layer']} | {r['op']} | {r['dtype']} | - | - | - | - | {r.get('reason', '')} |")
+    means = {}
+    lines += ["", "| op | dtype | geometric mean ratio vs cuDNN | layers | min ratio |", "|---|---|---|---|---|"]
+    for op in OPS:
+        for dt in DTYPES:
+            rs = [r["ratio"] for r in rows if r["op"] == op and r["dtype"] == dt and r.get("ratio")]
+            if rs:
+                means[f"{op}_{dt}"] = geomean(rs)
+                lines.append(f"| {op} | {dt} | {geomean(rs):.3f}x | {len(rs)} | {min(rs):.2f}x |")
+    return "\n".join(lines), means
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="generated/conv_bench")
+    ap.add_argument("-j", "--jobs", type=int, default=16)
+    ap.add_argument("--spec", default=str(ROOT / "configs" / "conv" / "sm90a_bench.yaml"))
+    ap.add_argument("--n", type=int, default=128)
+    ap.add_argument("--ops", default="fprop,dgrad,wgrad")
+    ap.add_argument("--dtypes", default="f16,bf16")
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--min-ms", type=float, default=2.0)
+    ap.add_argument("--doc", default=None)
+    ap.add_argument("--skip-build", action="store_true")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    kdir = out / "kernels"
+    t_start = time.perf_counter()
+    py = sys.executable
+    if not args.skip_build:
+        if run([py, "-m", "emitter", "emit", args.spec, "-o", str(kdir)], "emit").returncode != 0:
+            return 2
+        run([py, "-m", "emitter", "build", str(kdir), "-j", str(args.jobs), "--no-progress"], "build")
+    t_build = time.perf_counter() - t_start
+
+    import torch
+    torch.backends.cudnn.benchmark = True
+    from emitter.families.conv.runner import ConvKernel, run_case
+    from emitter.families.conv import runtime as hooks
+
+    manifest = json.loads((kdir / "manifest.json").read_text())
+    kernels, verify = [], {}
+    for e in manifest["instances"]:
+        try:
+            k = ConvKernel(kdir, e)
+        except Exception as ex:  # noqa: BLE001
+            log(f"[load] {e['name']}: {ex}")
+            verify[e["name"]] = {"passed": False, "reason": f"load: {ex}"}
+            continue
+        cases = hooks.default_problems(k.cfg, quick=True)
+        res = [run_case(k, p, d, 100 + i) for i, (p, d) in enumerate(cases)]
+        bad = [r for r in res if r["status"] == "FAILED"]
+        verify[k.name] = {"passed": not bad, "cases": len(res), "failed": len(bad),
+                          "first_failure": (bad[0]["problem"] + ": " + bad[0]["reason"]) if bad else None}
+        log(f"[verify] {'PASS' if not bad else 'FAIL'} {k.name}: {len(res) - len(bad)}/{len(res)}"
+            + (f" ({verify[k.name]['first_failure'][:160]})" if bad else ""))
+        if not bad:
+            kernels.append(k)
+    t_verify = time.perf_counter() - t_start - t_build
+
+    gpu = torch.cuda.get_device_name()
+    timer = Timer(torch, args.reps, args.min_ms, args.warmup)
+    rows = []
+    for op in args.ops.split(","):
+        for layer in LAYERS:
+            for dt in args.dtypes.split(","):
+                try:
+                    row = bench_case(torch, timer, layer, op, dt, kernels, args.n)
+                except Exception as ex:  # noqa: BLE001
+                    row = {"layer": layer[0], "op": op, "dtype": dt, "kernel": None, "reason": f"error: {ex}",
+                           "tflops": None, "cudnn_tflops": None, "ratio": None}
+                rows.append(row)
+                if row.get("ratio"):
+                    log(f"{layer[0]:20s} {op} {dt:4s} {row['tflops']:6.0f} TFLOP/s  cuDNN {row['cudnn_tflops']:6.0f}  "
+                        f"{row['ratio']:.2f}x  {row['check']}  {short(row['kernel'])}")
+                else:
+                    log(f"{layer[0]:20s} {op} {dt:4s} -- {row.get('reason')}")
+                torch.cuda.empty_cache()
+    text, means = table(rows, gpu)
+    wall = time.perf_counter() - t_start
+    log("\n" + text)
+    log(f"\nbuild {t_build:.0f} s, verify {t_verify:.0f} s, total {wall:.0f} s; "
+        f"{sum(v['passed'] for v in verify.values())}/{len(verify)} kernels verified")
+    record = {"gpu": gpu, "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "n": args.n,
+              "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "rows": rows,
+              "geomeans": means, "verify": verify, "wall_s": wall, "build_s": t_build, "verify_s": t_verify,
+              "method": {"reps": args.reps, "warmup": args.warmup, "min_ms": args.min_ms, "median": True,
+                         "cudnn_benchmark": True, "layout": "channels_last"}}
+    (out / "conv.json").write_text(json.dumps(record, indent=1, default=str))
+    md = ("# Convolution: emitter vs cuDNN (issue 28)\n\nGenerated by `benchmarks/conv_bench.py` "
+          f"({record['date']}; torch {torch.__version__}, cuDNN {record['cudnn']}; N = {args.n}, channels_last; "
+          "median of CUDA-event-timed batches after equal warm-up; TFLOP/s = 2·N·K·P·Q·C·R·S / t).\n\n" + text + "\n")
+    (out / "conv.md").write_text(md)
+    if args.doc:
+        Path(args.doc).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.doc).write_text(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,19 @@
+// ================================================================================================
+// level 2: collective epilogue -- TMA warp-specialized; D = alpha * acc + beta * C
+// ================================================================================================
+using ElementC = cutlass::bfloat16_t;   // filter gradient dw (KTRSC) (the beta source has its shape)
+using ElementD = cutlass::bfloat16_t;
+using LayoutC = cutlass::layout::TensorKCSR;
+using LayoutD = cutlass::layout::TensorKCSR;
+constexpr int AlignmentC = 8;
+constexpr int AlignmentD = 8;
+using ElementCompute = float;
+using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
+using FusionOperation = cutlass::epilogue::fusion::LinearCombination<ElementD, ElementCompute, ElementC, ElementCompute>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape, cutlass::epilogue::collective::EpilogueTileAuto,
+    ElementAccumulator, ElementCompute,
+    ElementC, LayoutC, AlignmentC,
+    ElementD, LayoutD, AlignmentD,
+    EpilogueSchedule, FusionOperation>::CollectiveOp;
