@@ -152,7 +152,10 @@ def profile_cmd(config: Path | None, out: Path | None, select: tuple[str, ...], 
         from emitter.profile.config import ProfileConfig, named_set
 
         mpath = manifest_path(config)
-        families = sorted({entry_family(e) for e in load(config)["instances"]}) or None
+        from emitter.profile.runner import _profilable
+
+        families = sorted(f for f in {entry_family(e) for e in load(config)["instances"]} if _profilable(f) is None)
+        families = families or None      # none profilable: every family parses; plan() then says why not
         probs = _problems(problem_texts, problems_file, m, n, k, batch, families) if given else ()
         if not probs:
             probs = tuple(named_set(DEFAULT_SET))
