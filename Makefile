@@ -8,19 +8,26 @@ SPECS   ?= configs/gemm/*.yaml
 DEMO_SPECS ?= configs/demo.yaml
 JOBS    ?=
 
-.PHONY: install demo demo-all emit build verify profile test test-fast test-gpu bench bench-gpu bench-gpu-explore bench-attention bench-conv perf-doc golden clean
+.PHONY: install install-base demo demo-all emit build verify profile test test-fast test-gpu bench bench-gpu bench-gpu-explore bench-attention bench-conv perf-doc golden clean
 
 install: $(VENV)/.installed
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: $(VENV)/.installed-base pyproject.toml
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+# install-base: emitter and the CUTLASS headers only, what `make demo` needs (the test extras, ray and matplotlib
+# among them, add ~300 MB and most of the download time; `make install` / `make test` add them)
+install-base: $(VENV)/.installed-base
+$(VENV)/.installed-base: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e .
 	$(BIN)/pip install -q --no-deps nvidia-cutlass==4.2.0.0   # the CUTLASS headers without scipy & co (pyproject.toml)
 	touch $@
 
 # demo: what a newcomer runs first (README): three sm80 kernels emitted, listed (with a rejected one and why) and
 # built, then the next steps. The full example set is `make demo-all`.
-demo: install
+demo: install-base
 	$(BIN)/emitter emit $(DEMO_SPECS) -o $(OUT)
 	$(BIN)/emitter list $(OUT)
 	$(BIN)/emitter build $(OUT) $(if $(JOBS),-j $(JOBS))
