@@ -213,7 +213,8 @@ def loader(tmp_path_factory):
             current[0] = saved
 
     mod._get_device = lambda: current[0]
-    mod._torch = types.SimpleNamespace(cuda=types.SimpleNamespace(device=device))
+    mod._torch = types.SimpleNamespace(cuda=types.SimpleNamespace(device=device), device=lambda kind, index: index,
+                                       empty=lambda shape, dtype, device: FakeTensor(shape, dtype, device=device))
     mod._TORCH_BY_NAME.update({"f16": DT["float16"], "bf16": DT["bfloat16"], "f32": DT["float32"],
                                "f64": DT["float64"], "s8": DT["int8"], "s32": DT["int32"], "e4m3": DT["float8_e4m3fn"]})
     mod._empty = lambda shape, dtype, dev: FakeTensor(shape, dtype, device=dev)
@@ -441,3 +442,148 @@ def test_the_property_test_reached_the_library_often():
         pytest.skip("the property test did not run")
     assert TALLY["called"] >= 30 and TALLY["refused"] >= 100, TALLY
     assert TALLY["batched"] >= 5 and TALLY["C"] >= 5 and TALLY["col"] >= 5 and TALLY["bias"] >= 1, TALLY
+
+
+# ---- explicit bad operand sets: one per class of issue 25 (and a few more) -------------------------------
+
+def T(shape, dtype="bfloat16", strides=None, device=0):
+    return FakeTensor(shape, dtype, strides, device=device)
+
+
+def _bad_cases():
+    m, n, k = 64, 48, 32
+    big = 2 ** 31
+    return [
+        ("2-D out with 3-D inputs", lambda: ((T((2, m, k)), T((2, k, n)), T((m, n))), {}), "out (shape (64, 48)"),
+        ("A batch 3 against B batch 5", lambda: ((T((3, m, k)), T((5, k, n))), {}), "same batch count"),
+        ("2-D A against a 3-D B", lambda: ((T((m, k)), T((5, k, n))), {}), "A has batch 1"),
+        ("stride-0 broadcast B", lambda: ((T((3, m, k)), T((3, k, n), strides=(0, n, 1))), {}), "batch stride 0"),
+        ("4-D A", lambda: ((T((2, 3, m, k)), T((2, 3, k, n))), {}), "A has 4 dimensions"),
+        ("2^31 rows", lambda: ((T((big, k)), T((k, n))), {}), "m = 2147483648 does not fit"),
+        ("2^32+64 rows", lambda: ((T((2 ** 32 + 64, k)), T((k, n))), {}), "m = 4294967360 does not fit"),
+        ("2^31 batch", lambda: ((T((big, 1, 1)), T((big, 1, 1))), {}), "batch = 2147483648"),
+        ("1-D operand", lambda: ((T((k,)), T((k, n))), {}), "A has 1 dimensions"),
+        ("operands on two GPUs", lambda: ((T((m, k)), T((k, n), device=1)), {}), "on one GPU"),
+        ("out on another GPU", lambda: ((T((m, k)), T((k, n)), T((m, n), device=1)), {}), "on one GPU"),
+        ("a CPU tensor", lambda: ((T((m, k), device=-1), T((k, n))), {}), "CPU tensor"),
+        ("bias dtype", lambda: ((T((m, k)), T((k, n))), {"bias": T((n,), "float32")}), "C's element type"),
+        ("bias length", lambda: ((T((m, k)), T((k, n))), {"bias": T((n + 1,))}), "bias has 49 elements"),
+        ("bias kind against length", lambda: ((T((m, k)), T((k, n))), {"bias": T((n,)), "bias_kind": "row"}),
+         "per-row bias has m=64"),
+        ("bias strided", lambda: ((T((m, k)), T((k, n))), {"bias": T((n,), strides=(2,))}), "contiguous"),
+        ("bias 2-D", lambda: ((T((m, k)), T((k, n))), {"bias": T((1, n))}), "must be 1-D"),
+        ("overlapping D matrices", lambda: ((T((2, m, k)), T((2, k, n)), T((2, m, n), strides=(n, n, 1))), {}),
+         "matrices overlap"),
+        ("2-D C with 3-D out", lambda: ((T((2, m, k)), T((2, k, n)), T((2, m, n)), T((m, n))), {"beta": 1.0}),
+         "no broadcasting"),
+        ("broadcast C", lambda: ((T((2, m, k)), T((2, k, n)), T((2, m, n)), T((2, m, n), strides=(0, n, 1))),
+                                 {"beta": 1.0}), "C (shape (2, 64, 48), strides (0, 48, 1)) has batch stride 0"),
+        ("inner dimensions", lambda: ((T((m, k)), T((k + 1, n))), {}), "inner dimensions differ"),
+        ("beta without C", lambda: ((T((m, k)), T((k, n))), {"beta": 1.0}), "needs C"),
+        ("expanded rows", lambda: ((T((m, k), strides=(0, 1)), T((k, n))), {}), "neither row- nor column-major"),
+        ("overlapping rows", lambda: ((T((m, k), strides=(k // 2, 1)), T((k, n))), {}), "neither row- nor"),
+        ("k = 0", lambda: ((T((m, 0)), T((0, n))), {}), "k = 0"),
+        ("out shape", lambda: ((T((m, k)), T((k, n)), T((n, m))), {}), "out (shape (48, 64)"),
+        ("C layout differs from out", lambda: ((T((m, k)), T((k, n)), T((m, n)), T((n, m)).__class__(
+            (m, n), "bfloat16", (1, m))), {"beta": 1.0}), "same layout"),
+        ("dtype= of another size", lambda: ((T((m, k)), T((k, n))), {"dtype": "f32"}), "32-bit elements"),
+        ("unknown storage dtype", lambda: ((T((m, k), "uint16"), T((k, n))), {}), "pass dtype="),
+        ("alpha beyond float", lambda: ((T((m, k)), T((k, n))), {"alpha": 1e300}), "does not fit the C ABI"),
+        ("alpha not a number", lambda: ((T((m, k)), T((k, n))), {"alpha": "x"}), "must be numbers"),
+        ("kernel name with NUL", lambda: ((T((m, k)), T((k, n))), {"kernel": "a\0b"}), "kernel must be"),
+        ("split_k 0", lambda: ((T((m, k)), T((k, n))), {"split_k": 0}), "split_k must be"),
+        ("activation", lambda: ((T((m, k)), T((k, n))), {"activation": "tanh"}), "activation 'tanh'"),
+        ("not an array", lambda: (([[1.0]], T((k, n))), {}), "must be a torch tensor"),
+        ("big-endian CAI", lambda: ((CaiArray((m, k), ">f2"), CaiArray((k, n)), CaiArray((m, n))), {}),
+         "little-endian"),
+        ("CAI negative strides", lambda: ((_negative(), CaiArray((k, n)), CaiArray((m, n))), {}), "negative strides"),
+        ("workspace not contiguous", lambda: ((T((m, k)), T((k, n))), {"workspace": T((64, 64), strides=(128, 1))}),
+         "workspace (shape (64, 64), strides (128, 1)) must be contiguous"),
+        ("workspace tuple", lambda: ((T((m, k)), T((k, n))), {"workspace": (-1, 10)}), "two non-negative integers"),
+        ("fast_accum not a bool", lambda: ((T((m, k)), T((k, n))), {"fast_accum": 1}), "fast_accum must be True"),
+    ]
+
+
+def _negative():
+    x = CaiArray((64, 32))
+    x.__cuda_array_interface__["strides"] = (-64, 2)
+    return x
+
+
+@pytest.mark.parametrize("label,make,message", _bad_cases(), ids=[c[0] for c in _bad_cases()])
+def test_bad_operand_sets_are_refused(loader, label, make, message):
+    mod = loader
+    args, kw = make()
+    before = calls(mod)
+    with pytest.raises(mod.OperandError) as e:
+        mod.gemm(*args, **kw)
+    assert message in str(e.value), str(e.value)
+    assert str(e.value).startswith(f"{LIB}.gemm: invalid argument: ")
+    assert isinstance(e.value, ValueError) and isinstance(e.value, mod.Error) and e.value.status == 2
+    assert calls(mod) == before
+
+
+def test_good_operand_sets_reach_the_library_exactly(loader):
+    """Batched, transposed, padded, permuted (interleaved batch) and batch-1 mixes pass, with the exact strides."""
+    mod = loader
+    m, n, k = 64, 48, 32
+    # batched, packed
+    a, b = T((3, m, k)), T((3, k, n))
+    out = mod.gemm(a, b)
+    p = last(mod)
+    assert (p["m"], p["n"], p["k"], p["batch_count"]) == (m, n, k, 3) and out.shape == (3, m, n)
+    assert (p["lda"], p["ldb"], p["ldd"], p["batch_stride_a"], p["batch_stride_b"], p["batch_stride_d"]) == \
+        (k, n, n, m * k, k * n, m * n)
+    # a transposed view: column-major B with its leading dimension; a padded A; 3-D batch-1 with 2-D
+    bt = FakeTensor((n, k + 8), "bfloat16")
+    bview = FakeTensor((1, k, n), "bfloat16", (n * (k + 8), 1, k + 8), storage=(bt.base, bt.nbytes))
+    apad = FakeTensor((m, k), "bfloat16", (k + 16, 1))
+    mod.gemm(apad, bview, T((m, n)))
+    p = last(mod)
+    assert (p["a_layout"], p["lda"], p["b_layout"], p["ldb"], p["batch_count"]) == (1, k + 16, 2, k + 8, 1)
+    # D whose batch matrices interleave by rows (a permuted (m, batch, n) tensor): disjoint, accepted
+    d = FakeTensor((2, m, n), "bfloat16", (n, 2 * n, 1))
+    mod.gemm(T((2, m, k)), T((2, k, n)), d)
+    p = last(mod)
+    assert (p["ldd"], p["batch_stride_d"]) == (2 * n, n)
+    assert_inside(p, {"A": (p["A"], 10 ** 9), "B": (p["B"], 10 ** 9), "D": _buf(d)})
+    # the fast path's plan (second call, same shapes): the new pointers, the same checked fields
+    for _ in range(2):
+        a2, b2, o2 = T((m, k)), T((k, n)), T((m, n))
+        mod.gemm(a2, b2, o2, alpha=2.0)
+        p2 = last(mod)
+        assert (p2["A"], p2["B"], p2["D"], p2["alpha"], p2["lda"], p2["m"]) == (a2.data_ptr(), b2.data_ptr(),
+                                                                              o2.data_ptr(), 2.0, k, m)
+    r = mod.gemm(a2, b2)
+    assert last(mod)["D"] == r.data_ptr() and r.shape == (m, n)
+    # ... and a plan never lets through what the full path refuses (the key holds every checked property)
+    with pytest.raises(mod.OperandError, match="on one GPU"):
+        mod.gemm(a2, b2, T((m, n), device=1), alpha=2.0)
+    with pytest.raises(mod.OperandError, match="overlap"):
+        mod.gemm(T((2, m, k)), T((2, k, n)), T((2, m, n), strides=(n, n, 1)))
+    # m or n = 0: nothing reaches the library, out comes back
+    before = calls(mod)
+    assert mod.gemm(T((0, k)), T((k, n))).shape == (0, n) and calls(mod) == before
+    # C, bias, explicit stream and workspace reach the call
+    c, bias, ws = T((m, n)), T((n,)), T((1024,), "int8")
+    mod.gemm(T((m, k)), T((k, n)), T((m, n)), c, beta=0.5, bias=bias, stream=0x1234, workspace=ws, kernel="fake_kernel")
+    p = last(mod)
+    assert p["C"] == c.data_ptr() and p["bias"] == bias.data_ptr() and p["bias_kind"] == 2 and p["beta"] == 0.5
+    assert mod._fake.fake_stream() == 0x1234 and mod._fake.fake_ws() == ws.data_ptr()
+    assert mod._fake.fake_ws_bytes() == 1024 and mod._fake.fake_kernel() == b"fake_kernel"
+    # errors of the library itself still come back as Error with its message
+    mod._fake.fake_set_status(1)
+    try:
+        with pytest.raises(mod.Error, match="not supported: fake error message"):
+            mod.gemm(T((m, k)), T((k, n)))
+    finally:
+        mod._fake.fake_set_status(0)
+
+
+def test_loader_imports_without_torch(loader):
+    """The C-only path never imports torch (this test process may not even have it)."""
+    code = (f"import sys; sys.path.insert(0, {str(Path(loader.__file__).parent)!r}); import {LIB}; "
+            f"assert 'torch' not in sys.modules; print({LIB}.__all__)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "register_torch_ops" in r.stdout and "OperandError" in r.stdout
