@@ -231,3 +231,34 @@ def test_emit_cli_uses_the_api_and_list_previews_a_selection(tmp_path):
     assert "1 of 3 instances" in table.output and "_identity" in table.output and "_relu" not in table.output
     typo = CliRunner().invoke(main, ["list", str(tmp_path / "g"), "--select", "tyle=128x*"])
     assert typo.exit_code == 2 and "no instance has the attribute 'tyle'" in typo.output
+
+
+# ------------------------------------------------------------------------------------------------ GPU
+def _gpu_skip_reason() -> str | None:
+    try:
+        import pycuda.driver as drv
+
+        drv.init()
+        return None if drv.Device.count() > 0 else "no CUDA device"
+    except Exception as e:  # noqa: BLE001
+        return f"no GPU / PyCUDA here: {e}"
+
+
+@pytest.mark.gpu
+@pytest.mark.nvcc
+def test_api_builds_and_verifies_an_sm80_instance_on_this_gpu(tmp_path, monkeypatch):
+    """The user's own sm80 build (fatbin: sm_80 SASS + compute_80 PTX) PASSES on whatever GPU is here, an H100
+    included (the driver JIT-compiles the PTX), through the API's build and verify."""
+    why = _gpu_skip_reason()
+    if why:
+        pytest.skip(why)
+    monkeypatch.setenv("EMITTER_CACHE_DIR", str(tmp_path / "cache"))
+    emitter.emit_specs(ROOT / "configs" / "demo.yaml", out=tmp_path / "g")
+    built = emitter.build_instances(tmp_path / "g", select=["tile=64x64x64"])
+    assert [r.status for r in built.results] == ["ok"], [r.error for r in built.failed]
+    rec = built.results[0].record
+    assert rec["artifacts"]["cubin"].endswith(".fatbin") and rec["resources"]["dynamic_shared_bytes"] == 49152
+    run = emitter.verify_instances(tmp_path / "g", select=["tile=64x64x64"], quick=True, backend="pycuda")
+    print(f"\n{run.device}: " + ", ".join(f"{r['problem']} {r['status']}" for r in run.results))
+    assert run.results and all(r["status"] == "PASSED" for r in run.results), \
+        [(r["problem"], r["status"], r.get("reason")) for r in run.results if r["status"] != "PASSED"]
