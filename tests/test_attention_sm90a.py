@@ -63,7 +63,9 @@ def test_auto_stages_fit_and_match_upstream_default():
     (dict(dtype=DType.e4m3), "sm90a-e4m3-v-layout", "transposed"),
     (dict(head_dim=96), "sm90a-head-dim", "96"),
     (dict(head_dim_v=64), "sm90a-head-dim-v", "head_dim_v 64"),
-    (dict(varlen=True), "sm90a-varlen", "cu_seqlens"),
+    (dict(varlen=True, schedule=Schedule.pingpong), "sm90a-varlen-persistent", "one-CTA-per-tile"),
+    (dict(varlen=True, key_tail=False), "sm90a-varlen-key-tail", "key_tail: true"),
+    (dict(varlen=True, layout=Layout.bhsd), "sm90a-varlen-layout", "[total, heads, dim]"),
     (dict(schedule=Schedule.tma), "sm90a-schedule-tma", "cooperative or pingpong"),
     (dict(schedule=Schedule.multistage), "sm90a-schedule", "multistage"),
     (dict(tile_q=64), "sm90a-tile-q", "tile_q 128"),
@@ -122,6 +124,15 @@ def test_render_levels_and_features():
     plain = _render(make(mask=Mask.none, key_tail=False, lse=False, gqa=False))
     assert "load_kv_maybe_q" not in plain and "kCausal = false" in plain and "kKeyTail = false" in plain
     assert "ptr_LSE = nullptr" in plain and "heads_kv != heads_q needs an instance with gqa: true" in plain
+
+
+def test_render_varlen():
+    text = _render(make(varlen=True, gqa=True, lse=True, mask=Mask.causal_bottom_right))
+    assert "struct VarlenLoad" in text and "domain_offset(make_coord(pad" in text
+    assert "predicated stores" in text and "desc_batch_q = p->total_q + 1" in text
+    assert "kLoadsQSeparately, cute::true_type" in text
+    plain = _render(make())
+    assert "VarlenLoad" not in plain and "need an instance with varlen: true" in plain
 
 
 def test_template_context_needs_resolved_instance():

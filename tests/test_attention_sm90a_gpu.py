@@ -106,6 +106,11 @@ def _run_and_check(cfg, kern, *, b=2, sq=256, sk=256, hq=4, hkv=None, scale=0.0,
     return q, k, v, o, lse_t
 
 
+def fixed(kernels):
+    """The fixed-length instances (varlen instances take packed cu_seqlens problems only: test_varlen)."""
+    return {n: v for n, v in kernels.items() if not v[0]["varlen"]}
+
+
 def _names(kernels, pred):
     names = [n for n, (cfg, _) in kernels.items() if pred(cfg)]
     if not names:
@@ -114,12 +119,12 @@ def _names(kernels, pred):
 
 
 def test_square_default_scale(kernels):
-    for name, (cfg, kern) in kernels.items():
+    for name, (cfg, kern) in fixed(kernels).items():
         _run_and_check(cfg, kern, sq=256, sk=256, lse=cfg["lse"])
 
 
 def test_key_tail_and_seq_q_ne_seq_k(kernels):
-    for name in _names(kernels, lambda c: c["key_tail"]):
+    for name in _names(kernels, lambda c: c["key_tail"] and not c["varlen"]):
         cfg, kern = kernels[name]
         for sq, sk in ((512, 1000), (1000, 384), (128, 77), (8, 200), (384, 129)):
             _run_and_check(cfg, kern, b=1, sq=sq, sk=sk, lse=cfg["lse"])
@@ -128,7 +133,7 @@ def test_key_tail_and_seq_q_ne_seq_k(kernels):
 def test_no_key_tail_instance_refuses_a_tail(kernels):
     from emitter.families.attention.torch_run import CannotRun
 
-    for name in _names(kernels, lambda c: not c["key_tail"]):
+    for name in _names(kernels, lambda c: not c["key_tail"] and not c["varlen"]):
         cfg, kern = kernels[name]
         _run_and_check(cfg, kern, b=1, sq=200, sk=512, lse=False)   # multiple of every tile_kv: runs
         q, k, v, o = _tensors(cfg, 1, 128, 500, 4, 4)
@@ -138,13 +143,13 @@ def test_no_key_tail_instance_refuses_a_tail(kernels):
 
 
 def test_runtime_scale(kernels):
-    for name, (cfg, kern) in kernels.items():
+    for name, (cfg, kern) in fixed(kernels).items():
         _run_and_check(cfg, kern, sq=256, sk=320 if cfg["key_tail"] else 256, scale=0.3, lse=cfg["lse"])
         _run_and_check(cfg, kern, sq=128, sk=128, scale=1.7, lse=cfg["lse"])
 
 
 def test_gqa_and_mqa(kernels):
-    for name in _names(kernels, lambda c: c["gqa"]):
+    for name in _names(kernels, lambda c: c["gqa"] and not c["varlen"]):
         cfg, kern = kernels[name]
         _run_and_check(cfg, kern, hq=8, hkv=2, sq=256, sk=384)
         _run_and_check(cfg, kern, hq=6, hkv=1, sq=128, sk=200)    # MQA
@@ -154,7 +159,7 @@ def test_gqa_and_mqa(kernels):
 def test_non_gqa_instance_refuses_grouped_heads(kernels):
     from emitter.families.attention.torch_run import CannotRun
 
-    for name in _names(kernels, lambda c: not c["gqa"]):
+    for name in _names(kernels, lambda c: not c["gqa"] and not c["varlen"]):
         cfg, kern = kernels[name]
         q, k, v, o = _tensors(cfg, 1, 128, 128, 4, 2)
         with pytest.raises(CannotRun) as e:
@@ -165,7 +170,7 @@ def test_non_gqa_instance_refuses_grouped_heads(kernels):
 def test_lse_optional(kernels):
     from emitter.families.attention.torch_run import CannotRun
 
-    for name, (cfg, kern) in kernels.items():
+    for name, (cfg, kern) in fixed(kernels).items():
         if cfg["lse"]:
             _run_and_check(cfg, kern, sq=256, sk=256, lse=True)
             _run_and_check(cfg, kern, sq=256, sk=256, lse=False)   # NULL pointer: no LSE written, O still right
@@ -178,12 +183,12 @@ def test_lse_optional(kernels):
 
 def test_large_magnitudes(kernels):
     # scores of several hundred: exp overflows f32 unless the running max is subtracted
-    for name, (cfg, kern) in kernels.items():
+    for name, (cfg, kern) in fixed(kernels).items():
         _run_and_check(cfg, kern, sq=256, sk=256, magnitude=12.0, lse=cfg["lse"])
 
 
 def test_other_layout_and_packed_strides(kernels):
-    for name, (cfg, kern) in kernels.items():
+    for name, (cfg, kern) in fixed(kernels).items():
         other = "bhsd" if cfg["layout"] == "bshd" else "bshd"
         sk = 300 if cfg["key_tail"] else 256
         _run_and_check(cfg, kern, sq=256, sk=sk, layout=other, lse=cfg["lse"])
@@ -191,7 +196,7 @@ def test_other_layout_and_packed_strides(kernels):
 
 
 def test_larger_problem(kernels):
-    for name, (cfg, kern) in kernels.items():
+    for name, (cfg, kern) in fixed(kernels).items():
         _run_and_check(cfg, kern, b=2, hq=4, sq=2048, sk=2048 if not cfg["key_tail"] else 2000, lse=cfg["lse"])
 
 
@@ -199,7 +204,7 @@ def test_negative_controls_fail(kernels):
     """The comparison catches a wrong mask, a wrong scale and a wrong KV head (each must NOT pass)."""
     from emitter.families.attention.torch_run import compare, reference
 
-    for name, (cfg, kern) in kernels.items():
+    for name, (cfg, kern) in fixed(kernels).items():
         hkv = 2 if cfg["gqa"] else 4
         q, k, v, o, _ = _run_and_check(cfg, kern, sq=256, sk=256, hq=4, hkv=hkv, lse=False)
         tol = TOL_O[cfg["dtype"]]
@@ -211,3 +216,61 @@ def test_negative_controls_fail(kernels):
             k2 = k[:, :, [1, 0]]    # KV heads swapped: query head h reading head h % hkv instead of h // group
             v2 = v[:, :, [1, 0]]
             assert not compare(o, reference(q, k2, v2, mask=cfg["mask"])[0], tol=tol)["passed"], name
+
+
+VARLEN_CASES = (
+    ([100, 1, 256, 37], [100, 5, 300, 200]),
+    ([512], [512]),
+    ([8, 136, 64], [128, 1, 700]),
+    ([200, 64], [64, 333]),          # seq_q > seq_k in one sequence: bottom-right rows without keys
+)
+
+
+def _varlen_tensors(cfg, lens_q, lens_k, hq, hkv, seed=0):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    dt, d = DT[cfg["dtype"]], cfg["head_dim"]
+    cu_q = torch.tensor([0] + list(__import__("itertools").accumulate(lens_q)), dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0] + list(__import__("itertools").accumulate(lens_k)), dtype=torch.int32, device="cuda")
+    tq, tk = int(cu_q[-1]), int(cu_k[-1])
+    q = torch.randn((tq, hq, d), generator=gen, device="cuda").to(dt)
+    k = torch.randn((tk, hkv, d), generator=gen, device="cuda").to(dt)
+    v = torch.randn((tk, hkv, d), generator=gen, device="cuda").to(dt)
+    o = torch.full((tq, hq, d), float("nan"), device="cuda", dtype=dt)
+    return q, k, v, o, cu_q, cu_k
+
+
+def test_varlen(kernels):
+    from emitter.families.attention.torch_run import compare, reference_varlen
+
+    for name in _names(kernels, lambda c: c["varlen"]):
+        cfg, kern = kernels[name]
+        hq, hkv = 4, (2 if cfg["gqa"] else 4)
+        for i, (lens_q, lens_k) in enumerate(VARLEN_CASES):
+            for scale in (0.0, 0.2):
+                q, k, v, o, cu_q, cu_k = _varlen_tensors(cfg, lens_q, lens_k, hq, hkv, seed=i)
+                lse = torch.full((hq, q.shape[0]), float("nan"), device="cuda") if cfg["lse"] else None
+                kern(q, k, v, o, lse, scale, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
+                torch.cuda.synchronize()
+                want_o, want_lse = reference_varlen(q, k, v, cu_q, cu_k, mask=cfg["mask"], scale=scale)
+                res = compare(o, want_o, tol=TOL_O[cfg["dtype"]])
+                assert res["passed"], f"{name} {lens_q} {lens_k} O: {res}"
+                if lse is not None:
+                    res = compare(lse, want_lse, tol=TOL_LSE)
+                    assert res["passed"], f"{name} {lens_q} {lens_k} LSE: {res}"
+
+
+def test_varlen_and_fixed_instances_refuse_each_others_problems(kernels):
+    from emitter.families.attention.torch_run import CannotRun
+
+    for name, (cfg, kern) in kernels.items():
+        hkv = 2 if cfg["gqa"] else 4
+        if cfg["varlen"]:
+            q, k, v, o = _tensors(cfg, 1, 128, 128, 4, hkv)
+            with pytest.raises(CannotRun) as e:
+                kern(q, k, v, o, None, 0.0)
+            assert "varlen" in e.value.reason
+        elif cfg["key_tail"]:
+            q, k, v, o, cu_q, cu_k = _varlen_tensors(cfg, [64, 64], [64, 64], 4, hkv)
+            with pytest.raises(CannotRun) as e:
+                kern(q, k, v, o, None, 0.0, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
+            assert "varlen: true" in e.value.reason

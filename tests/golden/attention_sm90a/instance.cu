@@ -299,19 +299,25 @@ struct Mainloop : UpstreamMainloop {
   struct Arguments : Base::Arguments {
     float scale;      // softmax scale (> 0)
     int heads_kv;     // divides heads_q
+    int desc_batch_q;   // extent of the (batch) mode of the Q descriptor (varlen: total_q + 1)
+    int desc_batch_kv;  // ... of the K/V descriptors (varlen: total_k + 1)
+    const int* cu_seqlens_q;   // varlen only
+    const int* cu_seqlens_k;
   };
 
   struct Params : Base::Params {
     int heads_kv;
     int group;        // heads_q / heads_kv
+    const int* cu_seqlens_q;
+    const int* cu_seqlens_k;
   };
 
   template<class ProblemShape_>
   static Params to_underlying_arguments(ProblemShape_ const& problem_size, Arguments const& args, void* workspace) {
     auto shape_q = make_shape(get<2>(problem_size), get<3>(problem_size), get<4>(problem_size),
-                              make_shape(get<0>(problem_size), get<1>(problem_size)));
+                              make_shape(args.desc_batch_q, get<1>(problem_size)));
     auto shape_kv = make_shape(get<2>(problem_size), get<3>(problem_size), get<4>(problem_size),
-                               make_shape(get<0>(problem_size), args.heads_kv));
+                               make_shape(args.desc_batch_kv, args.heads_kv));
     using MmaQK = typename Base::CollectiveMmaQK;
     using MmaPV = typename Base::CollectiveMmaPV;
     auto params_q = MmaQK::to_underlying_arguments(shape_q,
@@ -323,7 +329,7 @@ struct Mainloop : UpstreamMainloop {
     return Params{
         typename Base::Params{params_q.tma_load_a, params_k.tma_load_b, params_v.tma_load_b,
                               args.scale, static_cast<float>(args.scale * 1.4426950408889634), 1.0f},
-        args.heads_kv, get<1>(problem_size) / args.heads_kv};
+        args.heads_kv, get<1>(problem_size) / args.heads_kv, args.cu_seqlens_q, args.cu_seqlens_k};
   }
 
   // The K/V loads see (batch, heads_kv) and the KV head of the block's query head; Q is loaded by its own
@@ -354,11 +360,28 @@ using UpstreamEpilogue = cutlass::fmha::collective::FmhaFwdEpilogue<Element, Ele
 struct Epilogue : UpstreamEpilogue {
   static constexpr bool kLse = true;
 
+  struct Arguments : UpstreamEpilogue::Arguments {
+    const int* cu_seqlens_q;   // varlen only: O and LSE rows of sequence b start at cu_seqlens_q[b]
+    int stride_o_seq, stride_o_head, stride_lse_head;
+  };
+
+  struct Params : UpstreamEpilogue::Params {
+    Element* ptr_O;
+    const int* cu_seqlens_q;
+    int stride_o_seq, stride_o_head, stride_lse_head;
+  };
+
+  template<class ProblemShape_>
+  static Params to_underlying_arguments(ProblemShape_ const& problem_size, Arguments const& args, void* workspace = nullptr) {
+    return Params{UpstreamEpilogue::to_underlying_arguments(problem_size, args, workspace),
+                  args.ptr_O, args.cu_seqlens_q, args.stride_o_seq, args.stride_o_head, args.stride_lse_head};
+  }
+
   template<class TileShape_, class BlkCoord, class ResultTuple, class TiledMma, class ProblemShape_>
   CUTLASS_DEVICE void operator()(
       TileShape_ const& tile_shape, BlkCoord const& blk_coord,
       ResultTuple const& result, TiledMma const& tiled_mma,
-      ProblemShape_ const& problem_size, typename UpstreamEpilogue::Params const& params,
+      ProblemShape_ const& problem_size, Params const& params,
       typename UpstreamEpilogue::LoadPipeline epi_load_pipeline,
       typename UpstreamEpilogue::TensorStorage& epi_tensor_storage) {
     using X = Underscore;
@@ -489,7 +512,7 @@ struct Device {
       return refuse(EMITTER_CANNOT_IMPLEMENT, "head_dim / head_dim_v differ from the instance's (128)");
     if (p->flags != 0 || p->reserved0 != 0) return refuse(EMITTER_CANNOT_IMPLEMENT, "flags / reserved0 must be 0");
     if (p->cu_seqlens_q != nullptr || p->cu_seqlens_k != nullptr || p->total_q != 0 || p->total_k != 0)
-      return refuse(EMITTER_CANNOT_IMPLEMENT, "variable sequence lengths (cu_seqlens) are not supported by sm90a instances");
+      return refuse(EMITTER_CANNOT_IMPLEMENT, "variable sequence lengths (cu_seqlens) need an instance with varlen: true");
     if (p->heads_q % p->heads_kv != 0) return refuse(EMITTER_INVALID_ARGUMENT, "heads_kv does not divide heads_q");
     if (!(p->scale >= 0.0f) || std::isinf(p->scale))
       return refuse(EMITTER_CANNOT_IMPLEMENT, "the softmax scale must be finite and > 0 (0 = 1/sqrt(head_dim))");
@@ -522,12 +545,17 @@ struct Device {
     StrideK dK = make_stride(int(sk[1]), _1{}, make_stride(int(sk[0]), int(sk[2])));
     StrideV dV = make_stride(int(sv[1]), _1{}, make_stride(int(sv[0]), int(sv[2])));
     StrideO dO = make_stride(int(so[1]), _1{}, make_stride(int(so[0]), int(so[2])));
-    StrideLSE dLSE = make_stride(_1{}, make_stride(int(slb), int(slh)));
     args.mainloop.ptr_Q = static_cast<const Element*>(p->q);
-    args.mainloop.dQ = dQ;
     args.mainloop.ptr_K = static_cast<const Element*>(p->k);
-    args.mainloop.dK = dK;
     args.mainloop.ptr_V = static_cast<const Element*>(p->v);
+    args.mainloop.desc_batch_q = p->batch;
+    args.mainloop.desc_batch_kv = p->batch;
+    args.mainloop.cu_seqlens_q = nullptr;
+    args.mainloop.cu_seqlens_k = nullptr;
+    args.epilogue.cu_seqlens_q = nullptr;
+    StrideLSE dLSE = make_stride(_1{}, make_stride(int(slb), int(slh)));
+    args.mainloop.dQ = dQ;
+    args.mainloop.dK = dK;
     args.mainloop.dV = dV;
     args.mainloop.scale = scale;
     args.mainloop.heads_kv = p->heads_kv;
@@ -535,6 +563,9 @@ struct Device {
     args.epilogue.dO = dO;
     args.epilogue.ptr_LSE = p->lse;
     args.epilogue.dLSE = dLSE;
+    args.epilogue.stride_o_seq = int(so[1]);
+    args.epilogue.stride_o_head = int(so[2]);
+    args.epilogue.stride_lse_head = int(slh);
     return EMITTER_OK;
   }
 
