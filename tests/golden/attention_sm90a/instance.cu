@@ -5,7 +5,7 @@
 // golden_sm90a_attention: sm90a fused multi-head attention (forward), O = softmax(scale * Q K^T + causal from the bottom-right (key j <= query i + seq_k - seq_q); key tail masked (keys >= seq_k in the last tile)) V
 // From CUTLASS's Hopper FMHA collectives (examples/88_hopper_fmha, included from the CUTLASS tree, not copied)
 // with emitter's own levels for what upstream lacks: the mask (causal top-left / bottom-right, key tail),
-// run-time softmax scale, optional LSE, grouped-query attention.
+// run-time softmax scale, optional LSE, grouped-query attention, variable sequence lengths.
 // Build (DESIGN.md): nvcc -std=c++17 -O3 -DNDEBUG --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a
 //   device part: -DEMITTER_DEVICE -cubin   host part: --shared -Xcompiler -fPIC
 #include "cutlass/cutlass.h"
