@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Callable, Union
 
-from emitter.errors import EmitterError, SpecError
+from emitter.errors import SpecError
 from emitter.spec.loader import Document, parse_text
 
 __all__ = ["YamlText", "SpecInput", "load_specs", "resolve_specs", "emit_specs", "build_instances",
@@ -52,19 +52,30 @@ SpecInput = Union[str, os.PathLike, YamlText, Mapping, list, Document]
 Specs = Union[SpecInput, Sequence[SpecInput]]
 
 
-def _plain(value: Any, file: str, path: tuple) -> Any:
-    """A copy of Python spec data as the YAML loader would produce it (lists, str keys), or a SpecError."""
-    from emitter.spec.loader import format_path
+def _plain(value: Any, file: str, path: tuple, count: list[int] | None = None) -> Any:
+    """A copy of Python spec data as the YAML loader would produce it (lists, str keys), or a SpecError.
 
+    Bounded as the YAML loader is (emitter.spec.loader: MAX_DEPTH levels, MAX_NODES values), which also
+    turns a structure that contains itself into an error instead of a RecursionError."""
+    from emitter.spec.loader import MAX_DEPTH, MAX_NODES, format_path
+
+    count = [0] if count is None else count
+    count[0] += 1
+    if count[0] > MAX_NODES:
+        raise SpecError(f"the spec holds more than {MAX_NODES:,} values", file=file, key_path=format_path(path),
+                        fix="split it, or sweep with lists instead of spelling out every combination")
+    if len(path) > MAX_DEPTH:
+        raise SpecError(f"the spec nests deeper than {MAX_DEPTH} levels (does it contain itself?)", file=file,
+                        key_path=format_path(path[:8]) + "...")
     if isinstance(value, Mapping):
         out = {}
         for k, v in value.items():
             if not isinstance(k, str):
                 raise SpecError("keys must be strings", file=file, key_path=format_path(path), value=k)
-            out[k] = _plain(v, file, path + (k,))
+            out[k] = _plain(v, file, path + (k,), count)
         return out
     if isinstance(value, (list, tuple)):
-        return [_plain(v, file, path + (i,)) for i, v in enumerate(value)]
+        return [_plain(v, file, path + (i,), count) for i, v in enumerate(value)]
     if value is None or isinstance(value, (str, bool, int, float)):
         return value
     raise SpecError(f"a spec value must be a string, number, boolean, list or mapping, not {type(value).__name__}",
@@ -96,7 +107,13 @@ def load_specs(specs: Specs) -> list[Document | Path]:
         if isinstance(s, Document):
             out.append(s)
         elif isinstance(s, YamlText):
-            out.append(parse_text(str(s), pseudo(s.name)))
+            from emitter.spec.loader import MAX_FILE_BYTES
+
+            name = pseudo(s.name)
+            if len(s) > MAX_FILE_BYTES:
+                raise SpecError(f"the spec text is longer than {MAX_FILE_BYTES >> 20} MiB", file=name,
+                                fix="a spec is a page or two: sweep with lists")
+            out.append(parse_text(str(s), name))
         elif isinstance(s, (Mapping, list, tuple)):
             name = pseudo("<dict>")
             out.append(Document(file=name, data=_plain(s, name, ()), text=repr(s)))
@@ -324,6 +341,3 @@ def init_project(directory: str | os.PathLike = ".", *, gpu: str = "auto"):
 
     return write_starter(Path(directory), gpu)
 
-
-# `EmitterError` is the root of every error these calls raise for bad input.
-EmitterError = EmitterError

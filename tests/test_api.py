@@ -93,6 +93,10 @@ def test_python_values_yaml_cannot_hold_are_errors_with_the_key_path(tmp_path):
         emitter.emit_specs({**SPEC, "stages": {4}}, out=tmp_path)
     with pytest.raises(SpecError, match="no spec"):
         emitter.emit_specs([], out=tmp_path)
+    loop: dict = {"arch": "sm80"}
+    loop["kernels"] = [loop]
+    with pytest.raises(SpecError, match="deeper than"):
+        emitter.emit_specs(loop, out=tmp_path)
     # tuples are lists, as in YAML
     assert len(emitter.emit_specs({**SPEC, "epilogue": ("identity", "gelu")}, out=tmp_path / "t").instances) == 2
 
