@@ -3,8 +3,9 @@
 Every O element must be written (poison gone) and finite; LSE (when on) must be written, never NaN, -inf
 exactly where the reference's row sees no key. Errors: O relative to max |ref O|, LSE absolute (tolerances.py).
 Besides PASSED/FAILED the verdict says *where* it failed, so a planted bug is caught for its reason:
-`failed_heads` (query heads with a failing element), `failed_rows` / `failed_masked_rows` (rows whose keys the
-causal mask partly hides) / `failed_full_rows`, `lse_failed`, and the worst element's coordinates.
+`failed_heads` (query heads with a failing element), `failed_batches` (sequences), `failed_rows` / `failed_masked_rows` (rows whose keys the
+causal mask partly hides) / `failed_full_rows`, `lse_failed`, `lse_high_rows` / `lse_low_rows` (LSE above / below the reference: an extra key
+raises it), and the worst element's coordinates.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ def compare(inst, p: AttentionProblem, inputs, outputs: dict[str, np.ndarray], r
     worst: dict[str, Any] = {}
     failed_heads: set[int] = set()
     failed_rows = failed_masked = failed_full = 0
+    failed_batches: list[int] = []
+    lse_high = lse_low = 0
     mask = inst.mask.value
     for b, (sq, sk) in enumerate(p.lengths()):
         o, want = got["o"][b], ref["o"][b]
@@ -52,6 +55,9 @@ def compare(inst, p: AttentionProblem, inputs, outputs: dict[str, np.ndarray], r
                 lerr = np.where(both_inf, 0.0, np.abs(lse - lwant))
             lerr = np.where(np.isnan(lerr) | luw, np.inf, lerr)
             lbad = lerr > lse_tolerance(np.where(np.isfinite(lwant), np.abs(lwant), 0.0))
+            with np.errstate(invalid="ignore"):
+                lse_high += int((lbad & (lse > lwant)).sum())     # more probability mass than the reference:
+                lse_low += int((lbad & (lse < lwant)).sum())      # an extra key, a missing mask
             lse_mismatches += int(lbad.sum())
             finite = lerr[np.isfinite(lerr)]
             if finite.size:
@@ -73,6 +79,8 @@ def compare(inst, p: AttentionProblem, inputs, outputs: dict[str, np.ndarray], r
         for h in np.nonzero(row_bad.any(axis=1))[0]:
             failed_heads.add(int(h))
         rows = np.nonzero(row_bad.any(axis=0))[0]
+        if rows.size:
+            failed_batches.append(b)
         failed_rows += int(rows.size)
         for i in rows:
             if visible_keys(mask, sq, sk, int(i)) < sk:
@@ -116,6 +124,9 @@ def compare(inst, p: AttentionProblem, inputs, outputs: dict[str, np.ndarray], r
         "failed_rows": failed_rows,
         "failed_masked_rows": failed_masked,
         "failed_full_rows": failed_full,
+        "failed_batches": failed_batches,
+        "lse_high_rows": lse_high,
+        "lse_low_rows": lse_low,
         "stray_writes": 0,
     }
 

@@ -162,7 +162,7 @@ def footprint(cfg: AttentionConfig, p: AttentionProblem) -> Footprint:
     e = p.elements()
     size = cfg.dtype.bytes
     dev = (e["q"] + e["k"] + e["v"] + e["o"]) * size + e["lse"] * 4
-    if max(cfg.head_dim, cfg.head_dim_v) > cfg.tile_kv:         # sm80 multi-pass: f32 accumulator workspace
+    if max(cfg.head_dim, cfg.head_dim_v) > cfg.tile_kv:         # sm80 multi-pass: f32 accumulator workspace (an upper bound)
         dev += e["o"] * 4
     pairs = sum(sq * sk for sq, sk in p.lengths()) * p.heads_q
     host = dev + 8 * (e["q"] + e["k"] + e["v"] + 3 * e["o"] + 2 * e["lse"]) + 8 * 4 * pairs

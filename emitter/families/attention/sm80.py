@@ -55,11 +55,19 @@ def _reject(inst: AttentionInstance, rule: str, reason: str) -> Rejection:
 
 def single_pass(inst: AttentionInstance) -> bool:
     """kMaxK <= tile_kv: the output stays in registers (no f32 accumulator in global memory)."""
-    return max(inst.head_dim, inst.head_dim_v) <= inst.tile_kv
+    return max_k(inst) <= inst.tile_kv
 
 
 def threads(inst: AttentionInstance) -> int:
     return inst.tile_q * inst.tile_kv // 32      # kNumWarpsPerBlock = tile_q * tile_kv / (32 * 32)
+
+
+def max_k(inst: AttentionInstance) -> int:
+    """AttentionKernel's kMaxK: max(head_dim, head_dim_v), with 96 rounded up to 128 -- xFormers instantiates
+    kMaxK 64 / 128 / unbounded and runs d96 on the 128 kernel (the run-time head dim stays 96); the shared
+    memory and the single-pass rule are the same either way (96 and 128 both fit or both exceed tile_kv)."""
+    k = max(inst.head_dim, inst.head_dim_v)
+    return 128 if k == 96 else k
 
 
 def smem_bytes(inst: AttentionInstance) -> int | None:
@@ -126,7 +134,7 @@ def template_context(inst: AttentionInstance) -> dict:
         "tile_kv": inst.tile_kv,
         "head_dim": inst.head_dim,
         "head_dim_v": inst.head_dim_v,
-        "max_k": max(inst.head_dim, inst.head_dim_v),
+        "max_k": max_k(inst),
         "causal": inst.mask is not Mask.none,
         "bottom_right": inst.mask is Mask.causal_bottom_right,
         "lse": inst.lse,
