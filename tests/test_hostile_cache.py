@@ -155,8 +155,8 @@ def _cache_with(tmp_path, fake, n: int) -> list[str]:
 def test_cache_max_size_evicts_least_recently_used(tmp_path, fake):
     keys = _cache_with(tmp_path, fake, 3)
     cache = Cache(tmp_path / "cache")
-    one = sum(f.stat().st_size for f in cache.entry_path(keys[0]).iterdir())
-    code, out = cli("cache", "--cache-dir", tmp_path / "cache", "--max-size", str(2 * one))
+    size = {k: sum(f.stat().st_size for f in cache.entry_path(k).iterdir()) for k in keys}
+    code, out = cli("cache", "--cache-dir", tmp_path / "cache", "--max-size", str(size[keys[1]] + size[keys[2]]))
     assert code == 0 and "evicted 1" in out, out
     assert not cache.entry_path(keys[0]).exists()
     assert cache.entry_path(keys[1]).exists() and cache.entry_path(keys[2]).exists()
@@ -166,8 +166,7 @@ def test_a_cache_hit_counts_as_use(tmp_path, fake):
     keys = _cache_with(tmp_path, fake, 2)
     cache = Cache(tmp_path / "cache")
     assert cache.lookup(keys[0]) is not None            # k0 is now the most recently used
-    one = sum(f.stat().st_size for f in cache.entry_path(keys[0]).iterdir())
-    cache.trim(one)
+    cache.trim(sum(f.stat().st_size for f in cache.entry_path(keys[0]).iterdir()))
     assert cache.entry_path(keys[0]).exists() and not cache.entry_path(keys[1]).exists()
 
 
