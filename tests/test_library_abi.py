@@ -110,3 +110,73 @@ def test_c_api_refuses_overlapping_d_batches(tmp_path):
         assert line.split()[1] == "0", (case, line)   # every dense layout passes the overlap check
     print("overlap cases", refused, accepted, conservative)
     assert refused > 100 and accepted > 100 and conservative < refused // 4, (refused, accepted, conservative)
+
+
+# ---- the family plug: a toy family's library pieces reach every slot ------------------------------------
+
+def test_family_library_pieces_plug(tmp_path, monkeypatch):
+    import json
+    import types
+
+    from emitter.emit import emit
+    from emitter.families import registry
+    from emitter.library.export import LibraryError, export_library
+    from emitter.library.pieces import LibraryPieces
+
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text(SPEC)
+    emit([spec], tmp_path / "gen", jobs=1)
+    manifest = json.loads((tmp_path / "gen" / "manifest.json").read_text())
+    toy = dict(manifest["instances"][1], name="toy_k1", family="toy", source="toy_k1.cu", config={"x": 1})
+    manifest["instances"].append(toy)
+    (tmp_path / "gen" / "toy_k1.cu").write_text("// toy\n")
+    (tmp_path / "gen" / "manifest.json").write_text(json.dumps(manifest))
+    seen = {}
+
+    def library_pieces(entries, roots, ctx):
+        seen["entries"] = [e["name"] for e in entries]
+        lib = ctx["lib"]
+        return LibraryPieces(
+            family="toy",
+            header=(f"typedef struct {lib}_toy_problem {{ uint32_t struct_size; }} {lib}_toy_problem;\n"
+                    f"{ctx['LIB']}_API {lib}_status {lib}_toy(const {lib}_toy_problem* p);\n",),
+            api=(f'extern "C" {lib}_status {lib}_toy(const {lib}_toy_problem* p) {{ return p ? succeed() : '
+                 f'fail({ctx["LIB"]}_STATUS_INVALID_ARGUMENT, "toy: NULL"); }}\n',),
+            table=("// toy kernel table: 1 row\n",),
+            python=("def toy() -> int:\n    return 42\n",),
+            c_functions=(("toy", "ctypes.c_int", ("ctypes.c_void_p",)),),
+            python_names=("toy",),
+            files={"src/toy/toy_k1.launch.cu": "// toy translation unit\n"},
+            sources=(("src/toy/toy_k1.launch.cu", "sm90a"),),
+            kernels=1)
+
+    module = types.ModuleType("toy_family_for_tests")
+    monkeypatch.setitem(sys.modules, "toy_family_for_tests", module)
+    monkeypatch.setitem(registry.FAMILIES, "toy", "toy_family_for_tests")
+    with pytest.raises(LibraryError, match="provides no library pieces.*--exclude 'family=toy'"):
+        export_library([tmp_path / "gen"], "plug", tmp_path / "lib0")
+    module.library_pieces = library_pieces
+    r = export_library([tmp_path / "gen"], "plug", tmp_path / "lib")
+    out = tmp_path / "lib"
+    assert seen["entries"] == ["toy_k1"] and len(r.kernels) == 2   # GEMM kernels stay GEMM's
+    assert "plug_toy(const plug_toy_problem* p);" in (out / "include/plug/plug.h").read_text()
+    assert 'extern "C" plug_status plug_toy' in (out / "src/plug_api.cpp").read_text()
+    assert "// toy kernel table" in (out / "src/plug_table.cpp").read_text()
+    assert "    plug_toy;" in (out / "src/plug.map").read_text()
+    cmake = (out / "CMakeLists.txt").read_text()
+    assert "  src/toy/toy_k1.launch.cu\n" in cmake.split("set(_plug_sources_sm90a")[1].split(")")[0]
+    assert (out / "src/toy/toy_k1.launch.cu").read_text() == "// toy translation unit\n"
+    assert "src/toy/toy_k1.launch.cu" in json.loads((out / "manifest.json").read_text())["files"]
+    loader = (out / "python/plug.py").read_text()
+    assert '"toy"]' in loader and '"toy": (ctypes.c_int, [ctypes.c_void_p]),' in loader
+    ns: dict = {"__name__": "plug_for_test"}
+    monkeypatch.setitem(sys.modules, "plug_for_test", types.ModuleType("plug_for_test"))
+    exec(compile(loader, str(out / "python/plug.py"), "exec"), ns)
+    assert ns["toy"]() == 42 and "toy" in ns["__all__"]
+    # the C++ compiles (host only): header + api with the toy piece
+    if shutil.which("g++") or shutil.which("c++"):
+        fake = tmp_path / "fake"
+        fake.mkdir()
+        (fake / "cuda_runtime_api.h").write_text(_FAKE_CUDA)
+        _compile(["-c", f"-I{fake}", f"-I{out / 'include'}", f"-I{out / 'src'}", "-Wno-unused-parameter",
+                  str(out / "src/plug_api.cpp"), "-o", str(tmp_path / "api.o")])

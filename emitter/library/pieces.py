@@ -8,8 +8,10 @@ family (attention, conv, ...) whose package `emitter.families.<f>` defines
 
 gets its manifest entries (those with `family: <f>`, after --select/--exclude/--arch and build-failure
 filtering), the manifest directory of each (`roots[name]`), and the library's template context `ctx` (lib,
-LIB, version, abi_version, dtype_codes, ...; read-only), and returns the pieces below. The library templates
-include each piece at a fixed place (docs/architecture.md "Library pieces a family provides"):
+LIB, version, abi_version, dtype_codes, ...; a copy), and returns the pieces below: C/C++/Python TEXT, which
+the family renders from its own templates (templates/<f>/library/*.j2, through emitter.render.environment()
+with ctx). The library templates paste each piece at a fixed place (docs/architecture.md "Library pieces a
+family provides"):
 
     header       include/<lib>/<lib>.h, before the closing extern "C": the family's problem struct(s) and
                  `<LIB>_API <lib>_status <lib>_<family>(const <lib>_<family>_problem*, void* workspace,
@@ -29,9 +31,8 @@ include each piece at a fixed place (docs/architecture.md "Library pieces a fami
                  the kernels of that arch (sm80, sm90a, ...)
     context      more template context, visible to the family's pieces as ctx[<family>]
 
-Template names are paths under templates/ (e.g. "attention/library/api.cpp.j2"); every piece is rendered
-with the library's context plus `<family>` = context. A family without `library_pieces` cannot be exported
-(LibraryError naming it).
+`context` is also visible to the library's own templates as ctx[<family>]. A family without `library_pieces`
+cannot be exported (LibraryError naming it, with the --exclude that leaves its instances out).
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def collect(entries: Sequence[dict[str, Any]], roots: dict[str, Path], ctx: dict
         if hook is None:
             raise error(f"{len(by_family[fam])} {fam} instance(s) selected, but the {fam} family provides no "
                         f"library pieces yet (emitter.families.{fam}.library_pieces): leave them out with "
-                        f"--exclude 'family:{fam}' or --select")
+                        f"--exclude 'family={fam}' or --select")
         pieces = hook(by_family[fam], roots, dict(ctx))
         if not isinstance(pieces, LibraryPieces) or pieces.family != fam:
             raise error(f"emitter.families.{fam}.library_pieces returned {type(pieces).__name__}, not "
