@@ -178,3 +178,13 @@ def test_emit_starter_config(tmp_path):
         text = (tmp_path / e["source"]).read_text()
         assert f"emitter_{e['name']}_kernel" in text
     assert res is not None
+
+
+def test_huge_sweep_is_refused_before_expanding():
+    from emitter.spec.sweep import sweep_limit
+
+    text = BASE.replace("head_dim: 64", "head_dim: [32, 64, 96, 128, 256]").replace("dtype: f16", "dtype: [f16, bf16]")
+    text += "    mask: [none, causal, bottom_right]\n    lse: [true, false]\n    gqa: [true, false]\n    varlen: [true, false]\n"
+    with sweep_limit(100), pytest.raises(SpecError, match="sweeps 240 combinations") as ei:
+        expand(text)
+    assert ei.value.line is not None

@@ -37,7 +37,8 @@ from emitter.errors import SpecError
 from emitter.families.attention.model import (
     AUTO, HEAD_DIMS, Arch, AttentionInstance, Layout, Mask, Schedule,
 )
-from emitter.spec.loader import Document, KeyPath
+from emitter.spec.loader import Document, KeyPath, format_path
+from emitter.spec.sweep import check_sweep
 
 Assign = dict[str, Any]
 Parser = Callable[[Document, KeyPath, Any], Any]
@@ -182,8 +183,9 @@ def _did_you_mean(key: str, options: Any) -> str:
 
 
 def _axes(doc: Document, path: KeyPath, entry: dict[str, Any],
-          key_paths: dict[str, KeyPath] | None = None) -> list[list[Assign]]:
+          key_paths: dict[str, KeyPath] | None = None, what: str = "this spec") -> list[list[Assign]]:
     axes = []
+    names = []
     for key, value in entry.items():
         if key in META_KEYS:
             continue
@@ -193,6 +195,8 @@ def _axes(doc: Document, path: KeyPath, entry: dict[str, Any],
             raise doc.error(kp, f"unknown key '{key}' in an attention spec", value=key, allowed=allowed,
                             fix=_did_you_mean(key, allowed))
         axes.append(SPEC_KEYS[key](doc, kp, value))
+        names.append(format_path(kp))
+    check_sweep(doc, path, list(zip(names, map(len, axes))), what=what)   # before anything is expanded
     return axes
 
 
@@ -213,8 +217,9 @@ def _exclusions(doc: Document, path: KeyPath, value: Any) -> list[Assign]:
     for i, item in enumerate(value):
         if not isinstance(item, dict) or not item:
             raise doc.error(path + (i,), "each exclude entry must be a non-empty mapping of spec keys", value=item)
-        for combo in itertools.product(*_axes(doc, path + (i,), item)):
+        for combo in itertools.product(*_axes(doc, path + (i,), item, what="an exclude entry")):
             out.append(_merge(combo))
+        check_sweep(doc, path, [(format_path(path), len(out))], what="the exclude list")
     return out
 
 
