@@ -90,8 +90,9 @@ def _select(entries, select, exclude):
 @click.option("--split-k", "split_k", metavar="INT[,INT]", help="split-K slices (split-K instances)")
 @click.option("--alpha", "alpha", metavar="F[,F]", help="alpha (default 1)")
 @click.option("--beta", "beta", metavar="F[,F]", help="beta (default 0)")
-@click.option("--data", type=click.Choice(["both", "int", "normal"]), default="both", show_default=True,
-              help="input data: small integers (exact, bit-for-bit), normal random (dtype tolerance), or both")
+@click.option("--data", default="both", show_default=True, metavar="KIND",
+              help="input data kind of the family (GEMM: int = small integers, exact, bit-for-bit; normal = random, "
+                   "dtype tolerance; attention also large), or both = every kind")
 @click.option("--quick", is_flag=True, help="default set without the 4096^3 and long-K problems")
 @click.option("--scheduler", "scheduler", default=None, metavar="KEY=VALUE[,...]",
               help="run-time scheduler options on every problem (sm90a): swizzle=1|2|4|8, raster=heuristic|"
@@ -128,6 +129,7 @@ def verify_cmd(out: Path, select, exclude, problem_texts, problems_file, m, n, k
     root = manifest_path(out).parent
     entries = _select(data_json["instances"], select, exclude)
     families = sorted({entry_family(e) for e in entries} & _runnable())
+    _check_data(data, families)
     user = user_problems(problem_texts, problems_file, m, n, k, batch, split_k, alpha, beta, data,
                          families=families or None)
     from emitter.runtime.options import OptionsError, SchedulerOptions
@@ -173,6 +175,16 @@ def verify_cmd(out: Path, select, exclude, problem_texts, problems_file, m, n, k
     jx = write_junit(run, junit_path or root / "verify" / "junit.xml")
     console.print(f"reports: {jp}  {jx}", highlight=False)
     sys.exit(exit_code(run))
+
+
+def _check_data(data: str, families: list[str]) -> None:
+    """--data must name an input kind of one of the selected families (or both)."""
+    from emitter.families.base import runtime_family
+
+    kinds = sorted({k for f in families for k in runtime_family(f).DATA_KINDS})
+    if data != "both" and data not in kinds:
+        raise SpecError("--data names no input kind of the selected instances' families", file="<command line>",
+                        key_path="--data", value=data, allowed=["both", *kinds], fix="--data int or --data normal")
 
 
 def _runnable() -> set[str]:
