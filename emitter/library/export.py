@@ -320,6 +320,12 @@ def export_library(manifest_dirs: Sequence[str | Path], name: str, out: str | Pa
     from emitter.library import pieces as library_pieces
 
     family_pieces = library_pieces.collect(family_entries, root_of, ctx, LibraryError)
+    for p in family_pieces:
+        for src, arch in p.sources:
+            if arch not in arch_list:
+                raise LibraryError(f"the {p.family} family's translation unit {src} is for {arch}, but the library's "
+                                   f"GEMM kernels are {', '.join(arch_list)}: CMake compiles a family's sources with "
+                                   f"the GEMM kernels of their arch (export a GEMM kernel of {arch} too)")
     ctx.update(library_pieces.context(family_pieces))
     ctx["api_functions"] = API_FUNCTIONS + tuple(f[0] for p in family_pieces for f in p.c_functions)
     files: dict[str, str] = {
