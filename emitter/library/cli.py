@@ -25,8 +25,11 @@ def register(group: click.Group) -> None:
 @click.option("--vendor-cutlass", is_flag=True, help="copy the CUTLASS headers into third_party/ (a tree that builds anywhere)")
 @click.option("--lib-version", default="1.0.0", show_default=True, help="the CMake project version")
 @click.option("--force", is_flag=True, help="write into an existing directory that is not an exported library")
+@click.option("--allow-unmeasured-tuning", is_flag=True,
+              help="accept tuning tables not measured on a real GPU (emitter profile --backend fake): tests, demos")
 def library(manifests: tuple[Path, ...], name: str, out: Path | None, tuning: tuple[Path, ...], select: tuple[str, ...],
-            exclude: tuple[str, ...], archs: tuple[str, ...], vendor_cutlass: bool, lib_version: str, force: bool) -> None:
+            exclude: tuple[str, ...], archs: tuple[str, ...], vendor_cutlass: bool, lib_version: str, force: bool,
+            allow_unmeasured_tuning: bool) -> None:
     """Export MANIFESTS' instances (what `emitter emit` wrote) as a CMake kernel library with a C API, dispatch by
     problem shape from a tuning table, and a Python loader.
 
@@ -38,7 +41,8 @@ def library(manifests: tuple[Path, ...], name: str, out: Path | None, tuning: tu
 
     out = out or Path("dist") / name
     r = export_library(manifests, name, out, tuning=tuning, select=select, exclude=exclude, archs=archs,
-                       vendor_cutlass=vendor_cutlass, force=force, lib_version=lib_version)
+                       vendor_cutlass=vendor_cutlass, force=force, lib_version=lib_version,
+                       **({"allow_unmeasured_tuning": True} if allow_unmeasured_tuning else {}))
     by_arch: dict[str, int] = {}
     for k in r.kernels:
         by_arch[k.arch] = by_arch.get(k.arch, 0) + 1
