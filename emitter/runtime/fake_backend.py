@@ -28,8 +28,12 @@ from typing import Any, Mapping, Sequence
 
 from emitter.families.base import Inputs
 from emitter.runtime.backend import (
-    Backend, CannotImplement, CudaFault, Kernel, LaunchFailed, RunResult, family_config,
+    Backend, BackendUnavailable, CannotImplement, CudaFault, Kernel, LaunchFailed, RunResult, family_config,
 )
+
+class FakeFaultError(BackendUnavailable, ValueError):
+    """A fault plan the fake backend does not know (bad input: exit code 2)."""
+
 
 GENERIC_FAULTS = ("crash", "hang", "illegal_address", "launch_error", "cannot_implement")
 
@@ -47,19 +51,6 @@ def _known_faults() -> tuple[str, ...]:
     return tuple(kinds)
 
 
-class _Kinds:
-    """FAULT_KINDS, computed on first use (every registered family's fault kinds and the generic ones)."""
-
-    def __iter__(self):
-        return iter(_known_faults())
-
-    def __contains__(self, x: object) -> bool:
-        return x in _known_faults()
-
-
-FAULT_KINDS = _Kinds()
-
-
 class FakeBackend(Backend):
     name = "fake"
     reference_device = None
@@ -67,8 +58,9 @@ class FakeBackend(Backend):
     def __init__(self, faults: Sequence[Mapping[str, Any]] = (), require_build: bool = False) -> None:
         known = _known_faults()
         for f in faults:
-            if f.get("kind") not in known:
-                raise ValueError(f"unknown fake fault kind {f.get('kind')!r} (known: {', '.join(known)})")
+            if not isinstance(f, Mapping) or f.get("kind") not in known:
+                kind = f.get("kind") if isinstance(f, Mapping) else f
+                raise FakeFaultError(f"unknown fake fault kind {kind!r} (known: {', '.join(known)})")
         self.faults = [dict(f) for f in faults]
         self.require_build = require_build
         self.problem_label = ""      # set by the verifier before each run (fault matching only)
