@@ -191,3 +191,14 @@ def test_emit_cli_rejection_exit_and_manifest(tmp_path):
     bad.write_text(SM90.replace("op: fprop", "op: backward"))
     res = CliRunner().invoke(main, ["emit", str(bad), "-o", str(tmp_path / "out2")])
     assert res.exit_code == 2 and "Traceback" not in res.output
+
+
+def test_huge_sweep_is_refused_before_expanding():
+    tiles = ", ".join(f"{m}x{n}x64" for m in (64, 128, 256) for n in range(16, 257, 16))
+    text = SM90 + f"cluster: [1x1x1, 2x1x1, 1x2x1, 2x2x1]\nstages: [2, 3, 4, 5, 6, 7, 8]\n" + \
+        "epilogue: [identity, relu, gelu, silu, sigmoid]\ndtype: [f16, bf16, f32]\nop: [fprop, dgrad, wgrad]\n" + \
+        f"dims: [2, 3]\nalignment: [auto, 8, 4, 2, 1]\n"
+    text = text.replace("tile: 128x128x64", f"tile: [{tiles}]").replace("op: fprop\n", "", 1).replace("dtype: f16\n", "", 1)
+    with pytest.raises(SpecError) as info:
+        expand_text(text)
+    assert "combinations" in info.value.render() and "tile" in info.value.render()

@@ -35,7 +35,8 @@ from emitter.families.gemm.spec import (  # noqa: F401
     Assign, _activation, _arch, _bool, _clamp, _Ctx, _did_you_mean, _dtype, _enum, _int, _leaf, _mapping,
     _matches, _merge, _shape, _split_k,
 )
-from emitter.spec.loader import Document, KeyPath
+from emitter.spec.loader import Document, KeyPath, format_path
+from emitter.spec.sweep import check_sweep
 
 _op = _enum(ConvOp, {"forward": "fprop", "fwd": "fprop", "data_grad": "dgrad", "input_grad": "dgrad",
                      "weight_grad": "wgrad", "filter_grad": "wgrad"})
@@ -95,7 +96,7 @@ REQUIRED = ("arch", "op", "dtype", "tile")
 
 def _axes(ctx: _Ctx, path: KeyPath, entry: dict[str, Any], key_paths: dict[str, KeyPath] | None = None,
           exclude: bool = False) -> list[list[Assign]]:
-    axes = []
+    axes, names = [], []
     for key, value in entry.items():
         if key in META_KEYS:
             continue
@@ -105,6 +106,9 @@ def _axes(ctx: _Ctx, path: KeyPath, entry: dict[str, Any], key_paths: dict[str, 
                           allowed=sorted(set(SPEC_KEYS) | META_KEYS),
                           fix=_did_you_mean(key, set(SPEC_KEYS) | META_KEYS))
         axes.append(SPEC_KEYS[key](ctx, kp, value))
+        names.append(format_path(kp))
+    # before anything is expanded: a sweep over the instance cap is an error naming the multiplying fields
+    check_sweep(ctx.doc, path, list(zip(names, map(len, axes))), what="the exclude list" if exclude else "this spec")
     if not exclude and "dims" in entry and "layout" in entry:
         raise ctx.err((key_paths or {}).get("layout", path + ("layout",)), "give either dims or layout, not both",
                       value=entry["layout"], fix="dims: 2 means layout nhwc, dims: 3 means ndhwc; remove one")
