@@ -180,3 +180,42 @@ def test_family_library_pieces_plug(tmp_path, monkeypatch):
         (fake / "cuda_runtime_api.h").write_text(_FAKE_CUDA)
         _compile(["-c", f"-I{fake}", f"-I{out / 'include'}", f"-I{out / 'src'}", "-Wno-unused-parameter",
                   str(out / "src/plug_api.cpp"), "-o", str(tmp_path / "api.o")])
+
+
+def test_tuning_tables_not_measured_on_a_gpu_are_refused_unless_forced(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from emitter.cli import main as cli
+    from emitter.emit import emit
+    from emitter.library.export import export_library
+    from emitter.library.tuning import TuningError
+    from test_library import SM90A
+
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text(SPEC)
+    emit([spec], tmp_path / "gen", jobs=1)
+    entry = {"problem": {"m": 256, "n": 256, "k": 256, "batch": 1}, "kernel": SM90A, "median_ms": 0.01}
+    tables = {
+        "fake": {"gpu": {"name": "fake GPU (numpy backend)", "sm_count": 132, "cc": "9.0"}},
+        "backend": {"backend": "fake", "gpu": {"cc": "9.0"}},
+        "real": {"gpu": {"name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "cc": "9.0"}},
+    }
+    paths = {}
+    for label, extra in tables.items():
+        paths[label] = tmp_path / f"{label}.json"
+        paths[label].write_text(json.dumps({"schema_version": 1, "kind": "emitter.tuning_table", **extra,
+                                            "entries": [entry]}))
+    for label in ("fake", "backend"):
+        with pytest.raises(TuningError, match="not measured on a real GPU.*--allow-unmeasured-tuning"):
+            export_library([tmp_path / "gen"], "tt", tmp_path / "out", tuning=[paths[label]])
+        r = export_library([tmp_path / "gen"], "tt", tmp_path / "out", tuning=[paths[label]],
+                           allow_unmeasured_tuning=True)
+        assert len(r.tuning) == 1
+    assert len(export_library([tmp_path / "gen"], "tt", tmp_path / "out", tuning=[paths["real"]]).tuning) == 1
+    args = ["library", str(tmp_path / "gen"), "--name", "tt", "-o", str(tmp_path / "cli"), "--tuning", str(paths["fake"])]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 2 and "not measured on a real GPU" in res.output and "Traceback" not in res.output
+    res = CliRunner().invoke(cli, args + ["--allow-unmeasured-tuning"])
+    assert res.exit_code == 0 and "1 tuned shapes" in res.output, res.output
