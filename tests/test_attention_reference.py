@@ -222,3 +222,24 @@ def test_fake_backend_verify_pipeline(tmp_path):
                                                    backend_options={"faults": [{"kind": "wrong_kv_head"}]}))
     bres = bad.results if hasattr(bad, "results") else bad["results"]
     assert bres and all(r["status"] == "FAILED" for r in bres if "h8x2" in r["problem"])
+
+
+def test_runner_on_the_fake_backend(tmp_path, capsys):
+    """The GPU runner's path (load, inputs, run, reference, compare, PASS/FAIL lines) on the fake backend."""
+    from emitter.emit import emit
+    from emitter.families.attention import runner
+
+    spec = tmp_path / "a.yaml"
+    spec.write_text("kernels:\n  - family: attention\n    arch: sm80\n    dtype: bf16\n    head_dim: 64\n"
+                    "    tile: 64x64\n    mask: causal_top_left\n    lse: true\n    gqa: true\n    varlen: [false, true]\n")
+    out = tmp_path / "out"
+    emit([spec], out)
+    assert runner.main([str(out), "--backend", "fake", "--quick", "--seed", "3"]) == 0
+    text = capsys.readouterr().out
+    assert "FAIL" not in text and text.count("PASS ") >= 8 and "0 failed" in text
+    assert runner.main([str(out), "--backend", "fake", "--quick", "--fault", "no_mask", "--data", "normal"]) == 1
+    text = capsys.readouterr().out
+    assert "FAIL " in text and "full 0" in text            # only rows the mask hides fail
+    assert runner.main([str(out), "--problem", "b=2,hq=4,hkv=2,s=80,d=64", "--backend", "fake",
+                        "--select", "*_gqa"]) == 0
+    assert runner.main([str(out), "--problem", "b=2,hq=4,d=64"]) == 2

@@ -6,6 +6,7 @@ masked rows, LSE) so a planted bug shows its reason.
 
     python3 -m emitter.families.attention.runner OUT [--select GLOB] [--quick] [--problem b=2,hq=16,...]
                                                 [--data normal|int|large|all] [--seed N] [--json PATH]
+                                                [--backend fake [--fault KIND]]   (no GPU: the fake backend)
 
 It runs in this process (no worker isolation: a CUDA fault ends the run). `emitter verify OUT` runs the same
 cases through the family seam with isolation and reports; this module is what tests/test_attention_gpu.py
@@ -34,11 +35,18 @@ def attention_entries(root: str | Path, select: str = "*") -> list[dict[str, Any
 class Runner:
     """One PycudaBackend (the primary context, shared with torch) and the kernels loaded from `root`."""
 
-    def __init__(self, root: str | Path, device_reference: bool = True) -> None:
-        from emitter.runtime.pycuda_backend import PycudaBackend
-
+    def __init__(self, root: str | Path, device_reference: bool = True, backend: str = "pycuda",
+                 faults: list[dict[str, Any]] | None = None) -> None:
+        """backend "fake" (numpy, planted `faults`) runs the same path without a GPU (CI)."""
         self.root = Path(root)
-        self.backend = PycudaBackend(device_reference=device_reference)
+        if backend == "fake":
+            from emitter.runtime.fake_backend import FakeBackend
+
+            self.backend = FakeBackend(faults=faults or [])
+        else:
+            from emitter.runtime.pycuda_backend import PycudaBackend
+
+            self.backend = PycudaBackend(device_reference=device_reference)
         self._kernels: dict[str, Any] = {}
 
     def kernel(self, entry: dict[str, Any]) -> Any:
@@ -89,9 +97,10 @@ def line(v: dict[str, Any]) -> str:
 
 
 def run(root: str | Path, select: str = "*", problems: Iterable[tuple[AttentionProblem, str]] | None = None,
-        quick: bool = False, data: str = "all", seed: int = 0, out: Callable[[str], None] = print) -> list[dict[str, Any]]:
+        quick: bool = False, data: str = "all", seed: int = 0, out: Callable[[str], None] = print,
+        backend: str = "pycuda", faults: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Every selected attention instance of `root` on `problems` (default: the family's default set)."""
-    r = Runner(root)
+    r = Runner(root, backend=backend, faults=faults)
     results = []
     for entry in attention_entries(root, select):
         cfg = hooks.config_from_entry(entry, root)
@@ -117,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="write every verdict here")
+    ap.add_argument("--backend", default="pycuda", choices=["pycuda", "fake"], help="fake: numpy, no GPU")
+    ap.add_argument("--fault", action="append", default=[], help="fake backend: plant a fault kind (repeatable)")
     a = ap.parse_args(argv)
     problems = None
     if a.problem:
@@ -125,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         except (ValueError, TypeError) as e:
             print(f"error: bad --problem: {e}", file=sys.stderr)
             return 2
-    results = run(a.root, a.select, problems, a.quick, a.data, a.seed)
+    results = run(a.root, a.select, problems, a.quick, a.data, a.seed, backend=a.backend,
+                  faults=[{"kind": k} for k in a.fault])
     counts = {s: sum(1 for v in results if v["status"] == s) for s in ("PASSED", "FAILED", "SKIPPED")}
     print(f"attention runner: {len(results)} cases: {counts['PASSED']} passed, {counts['FAILED']} failed, "
           f"{counts['SKIPPED']} skipped")
