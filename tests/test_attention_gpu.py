@@ -177,3 +177,28 @@ def test_planted_wrong_kv_head(suite):
     assert v["status"] == "FAILED" and v["failed_heads"] == [h for h in range(8) if h // 4 != h % 2], v
     # without groups (heads_kv = heads_q) there is nothing to confuse
     assert _run(suite, "wrong_kv_head", **{**prob, "heads_kv": 8})["status"] == "PASSED"
+
+
+def test_matches_torch_sdpa(suite):
+    """A third opinion: the kernel's output against torch's own SDPA (math backend, float64) on the same
+    inputs, GQA heads repeated, causal from the top left (torch's is_causal alignment)."""
+    torch = pytest.importorskip("torch")
+    from emitter.families.attention.inputs import gather_outputs
+    from emitter.families.attention.problem import make_problem
+    from emitter.families.attention import runtime as hooks
+
+    root, real, planted, records, runner = suite
+    entry = next(e for e in real if e["name"] == "attn_sm80_f16_d128_32x128_multistage_s4_causaltl_bshd_lse_gqa")
+    p = make_problem(batch=2, heads_q=8, heads_kv=2, seq_q=300, seq_k=300, head_dim=128, scale=0.05)
+    v = runner.run_case(entry, p, "normal", seed=11, keep=True)
+    assert v["status"] == "PASSED", v.get("reason")
+    cfg = hooks.config_from_entry(entry, root)
+    got = gather_outputs(cfg, p, v["outputs"])["o"]
+    for b in range(p.batch):
+        q = torch.tensor(v["inputs"].values["q"][b], dtype=torch.float64)
+        k = torch.tensor(v["inputs"].values["k"][b], dtype=torch.float64).repeat_interleave(4, dim=0)
+        vv = torch.tensor(v["inputs"].values["v"][b], dtype=torch.float64).repeat_interleave(4, dim=0)
+        want = torch.nn.functional.scaled_dot_product_attention(q[None], k[None], vv[None], is_causal=True,
+                                                                scale=0.05)[0].numpy()
+        err = abs(got[b] - want).max() / abs(want).max()
+        assert err < 5e-3, (b, err)

@@ -54,9 +54,10 @@ class Runner:
             self._kernels[entry["name"]] = self.backend.load(self.root, entry)
         return self._kernels[entry["name"]]
 
-    def run_case(self, entry: dict[str, Any], p: AttentionProblem, data: str = "normal", seed: int = 0) -> dict[str, Any]:
+    def run_case(self, entry: dict[str, Any], p: AttentionProblem, data: str = "normal", seed: int = 0,
+                 keep: bool = False) -> dict[str, Any]:
         """One case: inputs (outputs poisoned), launch, reference, compare. Returns the verdict with `label`,
-        `status` (PASSED / FAILED / SKIPPED) and `reason`."""
+        `status` (PASSED / FAILED / SKIPPED) and `reason`; keep: also `inputs` and `outputs` (storage)."""
         from emitter.runtime.backend import CannotImplement, CudaFault, LaunchFailed
 
         k = self.kernel(entry)
@@ -78,6 +79,8 @@ class Runner:
         verdict = hooks.compare(cfg, p, inp, res.outputs, ref)
         verdict.update(instance=k.name, label=label, time_ms=res.time_ms, launch=res.launch,
                        wall_s=time.perf_counter() - t0)
+        if keep:
+            verdict.update(inputs=inp, outputs=res.outputs)
         return verdict
 
 
