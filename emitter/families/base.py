@@ -176,6 +176,9 @@ class RuntimeFamily(Protocol):
     profile_fake_problem(config, problem, settings, limit, **run_options) -> problem
         the fake profile engine's check problem: the profile problem shrunk to at most `limit` per size
     BASELINE_PROVIDERS: dict[str, str]   (optional) what each baseline calls, for records before it ran
+    profile_variants(config, problem, options: list[int]) -> list[int]   (optional) the run-time option sets
+        of the profile's `scheduler` sweep the instance takes, distinct launches only (default: [0])
+    profile_splits(config, problem, sm_count) -> list[int]   (optional) split-K slice counts to time (default [1])
     """
 
     NAME: str

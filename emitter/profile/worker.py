@@ -30,9 +30,7 @@ from emitter.profile.config import Problem, ProfileConfig
 from emitter.profile.records import (
     CHECK_FAILED, FAILED, FAULT, NOT_APPLICABLE, OK, PRUNED, UNAVAILABLE, Measurement, Op, op_of,
 )
-from emitter.profile.selection import split_k_candidates
 from emitter.profile.stats import TimingStats
-from emitter.runtime.options import distinct, unsupported
 
 EXIT_FAULT = 3
 MEMORY_FRACTION = 0.9     # of the device memory free: the most one problem's operand sets may take
@@ -362,17 +360,24 @@ def _second_pass(kernel: Any, name: str, problem: Problem, config: ProfileConfig
     the compiled-in choices that the kernel has and that was not timed on this problem already."""
     if kernel is None:
         return []
-    variants = distinct(kernel.config, problem.m, problem.n,
-                        [o for o in config.scheduler if not unsupported(kernel.config, o)])
+    variants = _variants(kernel, problem, config.scheduler)
     return [o for o in variants[1:] if (name, problem.key, o) not in done]
 
 
+def _variants(kernel: Any, problem: Problem, options: Any) -> list[int]:
+    """The run-time option sets of `options` the kernel takes on `problem`, distinct launches only (the family's
+    optional profile_variants hook; without it, the compiled-in choices only)."""
+    hook = getattr(kernel.hooks, "profile_variants", None)
+    if hook is None:
+        return [o for o in options if o == 0][:1]
+    return list(hook(kernel.config, problem, list(options)))
+
+
 def _splits(kernel: Any, problem: Problem, env: dict[str, Any]) -> list[int]:
-    """The split-K slice counts a serial split-K kernel is timed at on `problem` ([1] for every other kernel)."""
-    if kernel is not None and getattr(kernel.config, "split_k", "none") == "serial":
-        return split_k_candidates(kernel.config.problem_tile, problem.m, problem.n, problem.k, problem.batch,
-                                  int(env.get("sm_count") or 1))
-    return [1]
+    """The split-K slice counts a kernel is timed at on `problem` (the family's optional profile_splits hook;
+    [1] without it, and for a kernel that did not load)."""
+    hook = getattr(kernel.hooks, "profile_splits", None) if kernel is not None else None
+    return list(hook(kernel.config, problem, int(env.get("sm_count") or 1))) if hook else [1]
 
 
 def _short(e: BaseException) -> str:
@@ -517,9 +522,8 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
                     kernel = kernels[n][0]
                     # run-time scheduler options (config `scheduler`): those the kernel has, beside none; with
                     # `top`, the first pass takes the compiled-in choices only
-                    variants = [o for o in config.scheduler if kernel is None or not unsupported(kernel.config, o)]
-                    if kernel is not None:   # not twice the same launch (a swizzle the grid caps, a raster = heuristic)
-                        variants = distinct(kernel.config, problem.m, problem.n, variants)
+                    # (not twice the same launch: a swizzle the grid caps, a raster = heuristic)
+                    variants = list(config.scheduler) if kernel is None else _variants(kernel, problem, config.scheduler)
                     first_pass = variants[:1] if top else variants
                     runs += [(n, s, o) for s in _splits(kernel, problem, env) for o in first_pass or [0]]
                 for n, split, opts in runs:

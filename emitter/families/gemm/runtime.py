@@ -133,6 +133,22 @@ def profile_check(data: Any, cfg: Any, use_torch: bool, **run_options: Any) -> d
     return check(data, cfg, use_torch, int(run_options.get("split_k", 1)))
 
 
+def profile_variants(cfg: GemmConfig, problem: Any, options: list[int]) -> list[int]:
+    """The scheduler option sets (profile config `scheduler`) the instance takes, distinct launches only."""
+    from emitter.runtime.options import distinct, unsupported
+
+    return distinct(cfg, problem.m, problem.n, [o for o in options if not unsupported(cfg, o)])
+
+
+def profile_splits(cfg: GemmConfig, problem: Any, sm_count: int) -> list[int]:
+    """The split-K slice counts a serial split-K instance is timed at ([1] for every other instance)."""
+    from emitter.profile.selection import split_k_candidates
+
+    if cfg.split_k == "serial":
+        return split_k_candidates(cfg.problem_tile, problem.m, problem.n, problem.k, problem.batch, sm_count)
+    return [1]
+
+
 def profile_fake_problem(cfg: Any, problem: Any, settings: Any, limit: int = 64, **run_options: Any) -> GemmProblem:
     """The fake profile engine's check problem: `problem` shrunk to at most `limit` per size."""
     return GemmProblem(min(problem.m, limit), min(problem.n, limit), min(problem.k, limit), batch=problem.batch,
