@@ -68,7 +68,9 @@ def suite(tmp_path_factory):
     records = {r.name: r for r in summary.results}
     from emitter.families.attention.runner import Runner
 
-    return root, real, {p["planted"]: p for p in planted}, records, Runner(root)
+    # numpy float64 references here (the quick problems are small); `emitter verify` uses torch's on the GPU,
+    # which test_torch_reference_matches_numpy checks against this one
+    return root, real, {p["planted"]: p for p in planted}, records, Runner(root, device_reference=False)
 
 
 def _report(name: str, verdicts) -> None:
@@ -202,3 +204,29 @@ def test_matches_torch_sdpa(suite):
                                                                 scale=0.05)[0].numpy()
         err = abs(got[b] - want).max() / abs(want).max()
         assert err < 5e-3, (b, err)
+
+
+def test_torch_reference_matches_numpy():
+    """reference(device="cuda") (what `emitter verify` uses on the GPU machine) equals the numpy one."""
+    pytest.importorskip("torch")
+    import numpy as np
+
+    from emitter.dtypes import DType
+    from emitter.families.attention import sm80
+    from emitter.families.attention.inputs import make_inputs
+    from emitter.families.attention.model import Arch, AttentionInstance, Mask
+    from emitter.families.attention.problem import make_problem
+    from emitter.families.attention.reference import reference
+
+    for mask in Mask:
+        for kw in (dict(batch=2, heads_q=4, heads_kv=2, seq_q=70, seq_k=33, head_dim=64, scale=0.3),
+                   dict(heads_q=4, heads_kv=1, seqlens_q=(5, 70, 1), seqlens_k=(9, 65, 0), head_dim=64)):
+            p = make_problem(**kw)
+            inst = sm80.resolve(AttentionInstance(Arch.sm80, DType.f16, 64, 64, 64, 64, mask=mask, lse=True,
+                                                  gqa=True, varlen=p.varlen))
+            inp = make_inputs(inst, p, "large", 5)
+            a, b = reference(inst, p, inp), reference(inst, p, inp, device="cuda")
+            for x, y in zip(a["o"] + a["lse"], b["o"] + b["lse"]):
+                assert np.array_equal(np.isneginf(x), np.isneginf(y))
+                np.testing.assert_allclose(np.where(np.isfinite(x), x, 0), np.where(np.isfinite(y), y, 0),
+                                           rtol=1e-9, atol=1e-9)
