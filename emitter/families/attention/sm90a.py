@@ -69,7 +69,7 @@ def smem_bytes(inst: AttentionInstance, stages: int) -> SmemBreakdown:
     """sizeof(Kernel::SharedStorage), from the collectives' storage:
     Q: StagesQ (= warp groups) buffers of (tile_q / warp groups) x head_dim; K and V: `stages` buffers of
     tile_kv x head_dim (K and V share them, a union); the epilogue: per consumer warp group a 64 x 32 D tile
-    in 2 stages (EpilogueTileAuto, TmaWarpSpecialized); the mainloop and the epilogue storage overlap
+    in 2 stages (EpilogueTileAuto, TmaWarpSpecialized) after an empty, 512-byte-aligned C array; the mainloop and the epilogue storage overlap
     (a union) unless the kernel is persistent. Barriers: a full/empty pair per stage plus the Q, reducer,
     warp-group order, load-warp and epilogue-load barriers and alignment (432 bytes; 393,728 bytes for f16
     d256 with a 128-wide KV tile and 5 stages, the figure CUTLASS reports)."""
@@ -79,7 +79,9 @@ def smem_bytes(inst: AttentionInstance, stages: int) -> SmemBreakdown:
     kv = _round_up(inst.tile_kv * d * es, 128) * stages
     epi_tile_n = min(32, inst.head_dim_v)
     epi_stages = min(inst.head_dim_v // epi_tile_n, 2)
-    epilogue = MMA_WARP_GROUPS * _round_up(64 * epi_tile_n * epi_stages * es, 128)
+    # CollectiveStorageWithoutC: an empty C array at D's swizzle alignment (512 bytes for 64-byte rows), then D
+    epi_align = 512 if epi_tile_n * es % 64 == 0 else 256
+    epilogue = MMA_WARP_GROUPS * (epi_align + _round_up(64 * epi_tile_n * epi_stages * es, epi_align))
     barriers = 432 + 16 * stages
     tensors = q + kv + epilogue if inst.persistent else max(q + kv, epilogue)
     return SmemBreakdown(q, kv, epilogue, barriers, tensors + barriers)
