@@ -56,13 +56,16 @@ def test_torch_compile_fullgraph(lib):
         return out.float().sum(dim=1)
 
     want = (x.float() @ w.float().t()) * 2 + 1
-    for backend in ("eager", "inductor"):
+    import importlib.util
+
+    backends = ("eager", "aot_eager") + (("inductor",) if importlib.util.find_spec("triton") else ())
+    for backend in backends:
         torch._dynamo.reset()
         got = torch.compile(f, fullgraph=True, backend=backend)(x, w)
         torch.cuda.synchronize()
         _check(torch, got, want, f"torch.compile(fullgraph=True, backend={backend!r})")
     out = torch.empty(256, 384, device="cuda", dtype=torch.bfloat16)
-    got = torch.compile(g, fullgraph=True)(x, w, out)
+    got = torch.compile(g, fullgraph=True, backend=backends[-1])(x, w, out)
     _check(torch, got, (x.float() @ w.float().t()).bfloat16().float().sum(dim=1), "gemm_out in torch.compile")
 
 
