@@ -118,6 +118,16 @@ def default_problems(cfg: AttentionConfig, quick: bool = False) -> list[tuple[At
     d, dv, lay = cfg.head_dim, cfg.head_dim_v, cfg.layout.value
     hq, hkv = (8, 2) if cfg.gqa else (4, 4)
     out: list[tuple[AttentionProblem, str]] = []
+    # sm90a's collective wants seq_q (varlen: the longest) a multiple of its 16-byte vector: the query lengths
+    # are rounded up there (still no tile multiples); key lengths stay ragged (the key tail)
+    vec = 128 // cfg.dtype.bits if cfg.arch == "sm90a" else 1
+
+    def sq(n: int) -> int:
+        return -(-n // vec) * vec
+
+    def lq(*ns: int) -> tuple[int, ...]:
+        top = max(ns)
+        return tuple(sq(n) if n == top else n for n in ns)
 
     def P(data: str, **kw: Any) -> None:
         kw.setdefault("heads_q", hq)
@@ -125,21 +135,21 @@ def default_problems(cfg: AttentionConfig, quick: bool = False) -> list[tuple[At
         out.append((make_problem(head_dim=d, head_dim_v=dv, layout=lay, **kw), data))
 
     if cfg.varlen:
-        P("normal", seqlens_q=(1, 77, 130, 64), seqlens_k=(5, 77, 97, 0))
-        P("int", seqlens_q=(33, 3), seqlens_k=(65, 200), scale=0.25)
-        P("large", seqlens_q=(100, 64), seqlens_k=(100, 129))
+        P("normal", seqlens_q=lq(1, 77, 130, 64), seqlens_k=(5, 77, 97, 0))
+        P("int", seqlens_q=lq(33, 3), seqlens_k=(65, 200), scale=0.25)
+        P("large", seqlens_q=lq(100, 64), seqlens_k=(100, 129))
         if cfg.gqa:
-            P("normal", heads_kv=1, seqlens_q=(17, 50), seqlens_k=(70, 3))
+            P("normal", heads_kv=1, seqlens_q=lq(17, 50), seqlens_k=(70, 3))
         if not quick:
-            P("normal", seqlens_q=(1000, 513, 2), seqlens_k=(1000, 1024, 700))
+            P("normal", seqlens_q=lq(1000, 513, 2), seqlens_k=(1000, 1024, 700))
         return out
-    P("normal", batch=2, seq_q=77, seq_k=77)
-    P("normal", batch=1, seq_q=100, seq_k=130, scale=0.3)
-    P("normal", batch=2, seq_q=130, seq_k=65)
+    P("normal", batch=2, seq_q=sq(77), seq_k=77)
+    P("normal", batch=1, seq_q=sq(100), seq_k=130, scale=0.3)
+    P("normal", batch=2, seq_q=sq(130), seq_k=65)
     P("int", batch=2, seq_q=64, seq_k=129)
     P("large", batch=1, seq_q=96, seq_k=200)
     if cfg.gqa:
-        P("normal", batch=1, heads_q=4, heads_kv=1, seq_q=33, seq_k=47)
+        P("normal", batch=1, heads_q=4, heads_kv=1, seq_q=sq(33), seq_k=47)
     if not quick:
         P("normal", batch=2, seq_q=1000, seq_k=1000)
         P("normal", batch=1, seq_q=513, seq_k=2048, scale=0.1)
