@@ -133,6 +133,19 @@ def test_epilogues_alpha_beta_activation():
         assert hooks.compare(cfg, p, inputs, out, hooks.reference(cfg, p, inputs))["status"] == "PASSED", act
 
 
+@pytest.mark.parametrize("c", ["s8", "s32"])
+def test_int8_convolution_saturates_like_the_kernel(c):
+    cfg = _cfg("fprop", a="s8", c=c, accumulator="s32", alignment_a=16, alignment_b=16, alignment_c=16)
+    p = ConvProblem(n=2, h=7, w=6, c=64, k=16, r=3, s=3, pad_front=(0, 1, 1), pad_back=(0, 1, 1), alpha=4.0, beta=0.5)
+    inputs = hooks.make_inputs(cfg, p, "normal", 3)
+    ref = hooks.reference(cfg, p, inputs)
+    out = hooks.fake_run(cfg, p, inputs.buffers, {})
+    v = hooks.compare(cfg, p, inputs, out, ref)
+    assert v["status"] == "PASSED", v
+    if c == "s8":
+        assert np.abs(ref).max() > 127          # the case saturates
+
+
 def test_output_poisoned_and_inputs_never_zero():
     cfg = _cfg("dgrad")
     p = ODD[0]

@@ -91,6 +91,7 @@ def test_cutlass_generator_defaults_are_expressible():
         SM80 + "dims: 3\n",
         SM80 + "epilogue: relu\n",
         SM90 + "epilogue: {activation: relu, bias: true}\n",
+        SM90.replace("dtype: f16", "dtype: {a: s8, c: s32}").replace("tile: 128x128x64", "tile: 128x256x128") + "cluster: 2x1x1\n",
     ]
     for text in specs:
         r = one(text)

@@ -20,7 +20,7 @@ from emitter.families.conv.model import (
 ARCHES = (Arch.sm90a,)
 LEVELS = ("mma", "epilogue", "mainloop", "kernel", "device", "entry")
 SMEM_LIMIT = 232448
-_INPUTS = (DType.f16, DType.bf16, DType.f32, DType.tf32)
+_INPUTS = (DType.f16, DType.bf16, DType.f32, DType.tf32, DType.s8)
 _ACTIVATION_CPP = {
     Activation.relu: "cutlass::epilogue::thread::ReLu",
     Activation.gelu: "cutlass::epilogue::thread::GELU",
@@ -44,16 +44,22 @@ def resolve(inst: ConvInstance) -> ConvInstance | Rejection:
     if inst.arch not in ARCHES:
         return reject(inst, "arch", f"the sm90a conv module does not build {inst.arch}")
     if inst.a not in _INPUTS:
-        return reject(inst, "dtype-input", f"{inst.a} convolution is not built on sm90a by emitter: use f16, bf16 or "
-                                           f"f32 (tf32 math); s8 convolution is on sm80 (arch: sm80)")
+        return reject(inst, "dtype-input", f"{inst.a} convolution is not built on sm90a by emitter: use f16, bf16, "
+                                           f"f32 (tf32 math) or s8")
     a = DType.f32 if inst.a is DType.tf32 else inst.a
-    if inst.accumulator is not DType.f32 and not (a is DType.f16 and inst.accumulator is DType.f16):
+    if a is DType.s8:
+        if inst.accumulator is not DType.s32:
+            return reject(inst, "dtype-accumulator", f"accumulator {inst.accumulator} with s8 inputs: use s32")
+    elif inst.accumulator is not DType.f32 and not (a is DType.f16 and inst.accumulator is DType.f16):
         return reject(inst, "dtype-accumulator", f"accumulator {inst.accumulator} with {a} inputs: use f32 "
                                                  f"(f16 accumulation only for f16 inputs)")
-    allowed_c = {DType.f16: (DType.f16, DType.f32), DType.bf16: (DType.bf16, DType.f32), DType.f32: (DType.f32,)}[a]
+    allowed_c = {DType.f16: (DType.f16, DType.f32), DType.bf16: (DType.bf16, DType.f32), DType.f32: (DType.f32,),
+                 DType.s8: (DType.s8, DType.s32)}[a]
     if inst.c not in allowed_c:
         return reject(inst, "dtype-output", f"output {inst.c} with {a} inputs: use one of "
                                             f"{', '.join(map(str, allowed_c))}")
+    if a is DType.s8 and inst.epilogue.activation is not Activation.identity:
+        return reject(inst, "activation-s8", "s8 convolution outputs integers: no activation")
     if inst.epilogue_compute not in (DType.f32, DType.f16) or (inst.epilogue_compute is DType.f16 and inst.accumulator is not DType.f16):
         return reject(inst, "dtype-epilogue", f"epilogue compute {inst.epilogue_compute}: use f32")
     if inst.warp is not None or inst.instruction is not None:
