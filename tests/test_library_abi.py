@@ -86,6 +86,7 @@ def test_c_api_refuses_overlapping_d_batches(tmp_path):
         (1, 8, 6, 3, 6, 6), (1, 8, 6, 3, 0, 1),        # overlapping
         (2, 8, 6, 4, 8, 8 * 5), (1, 8, 6, 2, 0, 47),   # overlapping: one column / element short
         (1, 8, 6, 2, 6, 48), (1, 1, 1, 5, 0, 1),       # just clear; 1x1 matrices one element apart
+        (1, 8, 6, 2, 2 ** 62, 0), (1, 8, 6, 2, 2 ** 62, 5),   # ld * m past int64 (no overflow); then 5 apart
     ]
     for _ in range(800):
         layout, m, n, batch = rnd.choice((1, 2)), rnd.randint(1, 6), rnd.randint(1, 6), rnd.randint(2, 4)
