@@ -50,14 +50,14 @@ def _torch():
 _TORCH_STORAGE = {"float16": "float16", "float32": "float32", "int8": "int8", "int32": "int32"}
 
 
-def to_device(torch, storage: np.ndarray | None, dt: DType):
+def to_device(torch, storage: np.ndarray | None, dt: DType, device: str = "cuda"):
     """A device tensor holding exactly the storage bytes (bf16's uint16 patterns become bfloat16)."""
     if storage is None:
         return None
     arr = np.ascontiguousarray(storage)
     if dt is DType.bf16:
-        return torch.from_numpy(arr.view(np.int16)).cuda().view(torch.bfloat16)
-    return torch.from_numpy(arr).cuda()
+        return torch.from_numpy(arr.view(np.int16)).to(device).view(torch.bfloat16)
+    return torch.from_numpy(arr).to(device)
 
 
 def to_host(torch, tensor, dt: DType) -> np.ndarray:
@@ -138,13 +138,14 @@ def run_case(kern: ConvKernel, p: ConvProblem, data: str, seed: int, planted: st
     """One verify case on the GPU: fresh inputs, poisoned output, launch, compare with the float64 reference.
     `planted` runs the kernel on a deliberately wrong launch (the reference stays right)."""
     torch = kern.torch
+    device = getattr(kern, "device", "cuda")      # "cpu" only in tests of this bookkeeping (a stand-in kernel)
     cfg = kern.cfg
     inputs = hooks.make_inputs(cfg, p, data, seed)
     in_dt = DType.f32 if cfg.a is DType.tf32 else cfg.a
     dts = {"x": in_dt, "w": in_dt, "y": in_dt, "source": cfg.c, "bias": cfg.c}
     out_name = inputs.outputs[0]
     dts[out_name] = cfg.c
-    dev = {k: to_device(torch, v, dts[k]) for k, v in inputs.buffers.items()}
+    dev = {k: to_device(torch, v, dts[k], device) for k, v in inputs.buffers.items()}
     launch_p = p
     if planted == "wrong_padding":           # the window shifted by one: padding front+1, back-1
         launch_p = replace(p, pad_front=(p.pad_front[0], p.pad_front[1] + 1, p.pad_front[2] + 1),
@@ -156,20 +157,21 @@ def run_case(kern: ConvKernel, p: ConvProblem, data: str, seed: int, planted: st
         launch_p = replace(p, stride=(1, 1, 1))
         big = launch_p.shape(out_name)
         if out_name == "y":
-            full = to_device(torch, np.full(big, hostdata.poison_value(cfg.c), dtype=hostdata.storage_dtype(cfg.c)), cfg.c)
+            full = to_device(torch, np.full(big, hostdata.poison_value(cfg.c), dtype=hostdata.storage_dtype(cfg.c)), cfg.c,
+                             device)
             if dev.get("source") is not None:
-                src = torch.zeros(big, dtype=dev["source"].dtype, device="cuda")
+                src = torch.zeros(big, dtype=dev["source"].dtype, device=device)
                 src[:, :, :p.shape("y")[2], :p.shape("y")[3]] = dev["source"]
                 dev["source"] = src
             dev["y_small"], dev["y"] = dev["y"], full
         elif out_name == "x":                # dgrad reads dy of the stride-1 geometry: pad dy with zeros
             big_y = launch_p.shape("y")
-            dy = torch.zeros(big_y, dtype=dev["y"].dtype, device="cuda")
+            dy = torch.zeros(big_y, dtype=dev["y"].dtype, device=device)
             dy[:, :, :p.shape("y")[2], :p.shape("y")[3]] = dev["y"]
             dev["y"] = dy
         else:                                # wgrad: dy of the stride-1 geometry, zero-padded
             big_y = launch_p.shape("y")
-            dy = torch.zeros(big_y, dtype=dev["y"].dtype, device="cuda")
+            dy = torch.zeros(big_y, dtype=dev["y"].dtype, device=device)
             dy[:, :, :p.shape("y")[2], :p.shape("y")[3]] = dev["y"]
             dev["y"] = dy
     elif planted == "row_short":             # the last output row is never computed
@@ -208,7 +210,7 @@ def run_case(kern: ConvKernel, p: ConvProblem, data: str, seed: int, planted: st
             full[:out_t.shape[0]] = out_t
         out_t = full
     got = to_host(torch, out_t.contiguous(), cfg.c)
-    ref = hooks.reference(cfg, p, inputs, "cuda" if device_reference else None)
+    ref = hooks.reference(cfg, p, inputs, device if device_reference else None)
     verdict = hooks.compare(cfg, p, inputs, {out_name: got}, ref)
     verdict.update(problem=p.label(data), planted=planted, launch=info, wall_s=round(wall, 4))
     return verdict
@@ -285,17 +287,18 @@ def _wgrad_swapped(kern: ConvKernel, p: ConvProblem, seed: int) -> dict[str, Any
     """wgrad writes the filter gradient: a kernel that swaps R and S writes dw transposed. Run it right, swap
     the result's axes, compare (the check must fail on values)."""
     torch = kern.torch
+    device = getattr(kern, "device", "cuda")
     cfg = kern.cfg
     inputs = hooks.make_inputs(cfg, p, "normal", seed)
     in_dt = DType.f32 if cfg.a is DType.tf32 else cfg.a
     dts = {"x": in_dt, "w": cfg.c, "y": in_dt, "source": cfg.c, "bias": cfg.c}
-    dev = {k: to_device(torch, v, dts[k]) for k, v in inputs.buffers.items()}
+    dev = {k: to_device(torch, v, dts[k], device) for k, v in inputs.buffers.items()}
     try:
         kern.run(p, {k: dev.get(k) for k in ("x", "w", "y", "source", "bias")})
     except CannotRun as e:
         return {"status": "SKIPPED", "reason": str(e), "problem": p.label("normal"), "planted": "swapped_filter_axes"}
     got = to_host(torch, dev["w"].transpose(2, 3).contiguous(), cfg.c)
-    ref = hooks.reference(cfg, p, inputs, "cuda")
+    ref = hooks.reference(cfg, p, inputs, device)
     v = hooks.compare(cfg, p, inputs, {"w": got}, ref)
     v.update(problem=p.label("normal"), planted="swapped_filter_axes")
     return v
