@@ -220,22 +220,26 @@ def short(name: str | None) -> str:
 
 def table(rows: list[dict], gpu: str) -> tuple[str, dict]:
     lines = [f"GPU: {gpu}", "",
-             "| layer | op | dtype | best kernel | TFLOP/s | cuDNN TFLOP/s | ratio | check |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| layer | op | dtype | best kernel | TFLOP/s | cuDNN TFLOP/s | ratio | check | GPU |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         f = (lambda v: f"{v:.0f}" if v else "-")
         lines.append(f"| {r['layer']} | {r['op']} | {r['dtype']} | {short(r.get('kernel'))} | {f(r.get('tflops'))} | "
-                     f"{f(r.get('cudnn_tflops'))} | {r['ratio']:.2f}x | {r.get('check', r.get('reason', ''))} |"
+                     f"{f(r.get('cudnn_tflops'))} | {r['ratio']:.2f}x | {r.get('check', r.get('reason', ''))} | {gpu} |"
                      if r.get("ratio") else
-                     f"| {r['layer']} | {r['op']} | {r['dtype']} | - | - | - | - | {r.get('reason', '')} |")
+                     f"| {r['layer']} | {r['op']} | {r['dtype']} | - | - | {f(r.get('cudnn_tflops'))} | - | "
+                     f"{r.get('reason', '')} | {gpu} |")
     means = {}
-    lines += ["", "| op | dtype | geometric mean ratio vs cuDNN | layers | min ratio |", "|---|---|---|---|---|"]
+    lines += ["", "Geometric means over the layers a kernel ran and matched cuDNN (a MISMATCH row does not count):", "",
+              "| op | dtype | geometric mean ratio vs cuDNN | layers | min ratio | mismatches |", "|---|---|---|---|---|---|"]
     for op in OPS:
         for dt in DTYPES:
-            rs = [r["ratio"] for r in rows if r["op"] == op and r["dtype"] == dt and r.get("ratio")]
-            if rs:
+            mine = [r for r in rows if r["op"] == op and r["dtype"] == dt and r.get("ratio")]
+            rs = [r["ratio"] for r in mine if r.get("check") == "ok"]
+            if mine:
                 means[f"{op}_{dt}"] = geomean(rs)
-                lines.append(f"| {op} | {dt} | {geomean(rs):.3f}x | {len(rs)} | {min(rs):.2f}x |")
+                lines.append(f"| {op} | {dt} | {geomean(rs) or 0:.3f}x | {len(rs)} | {min(rs) if rs else 0:.2f}x | "
+                             f"{len(mine) - len(rs)} |")
     return "\n".join(lines), means
 
 
