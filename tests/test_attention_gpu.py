@@ -120,6 +120,7 @@ def test_default_problems_pass_on_every_instance(suite):
     assert seen(lambda c, p, v: "_large" in v["label"]), "large magnitudes"
     assert seen(lambda c, p, v: c["head_dim"] == 256), "d256 (multi-pass, workspace)"
     assert seen(lambda c, p, v: c["layout"] == "bhsd"), "BHSD"
+    assert seen(lambda c, p, v: p["pad"] > 0 and v["stray_writes"] == 0), "padded rows, no stray writes"
 
 
 def _run(suite, kind: str, **problem):

@@ -149,7 +149,7 @@ def test_planted_skip_lse_is_unwritten():
 
 
 def test_every_fault_is_known():
-    assert set(FAKE_FAULTS) == {"wrong_scale", "no_mask", "key_tail_off_by_one", "wrong_kv_head", "skip_lse"}
+    assert set(FAKE_FAULTS) == {"wrong_scale", "no_mask", "key_tail_off_by_one", "wrong_kv_head", "skip_lse", "lse_overrun"}
     with pytest.raises(ValueError):
         case("typo")
 
@@ -243,3 +243,22 @@ def test_runner_on_the_fake_backend(tmp_path, capsys):
     assert runner.main([str(out), "--problem", "b=2,hq=4,hkv=2,s=80,d=64", "--backend", "fake",
                         "--select", "*_gqa"]) == 0
     assert runner.main([str(out), "--problem", "b=2,hq=4,d=64"]) == 2
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+@pytest.mark.parametrize("varlen", [False, True])
+def test_padded_rows_and_stray_writes(layout, varlen):
+    kw = dict(seqlens_q=(20, 45), seqlens_k=(33, 0)) if varlen else dict(batch=2, seq_q=50, seq_k=70)
+    p = make_problem(heads_q=4, heads_kv=2, head_dim=64, layout=layout, pad=8, **kw)
+    s = p.strides()
+    assert s["o"][1] == (4 * 64 + 8 if layout == "bshd" else 64 + 8)
+    inst = inst_for(mask=Mask.causal_bottom_right, varlen=varlen, layout=Layout(layout))
+    inp = make_inputs(inst, p, "normal", 2)
+    ref = reference(inst, p, inp)
+    ok = compare(inst, p, inp, fake_run(inst, p, inp.buffers, {}), ref)
+    assert ok["status"] == "PASSED" and ok["stray_writes"] == 0, ok
+    # CUTLASS's own LSE write pads each row to 32 with +inf: past the row, into the padding
+    bad = compare(inst, p, inp, fake_run(inst, p, inp.buffers, {"lse_overrun": {}}), ref)
+    assert bad["status"] == "FAILED" and bad["stray_writes"] > 0 and "stray writes" in bad["reason"], bad
+    # without padding the same overrun lands on the next row's LSE, which its own block may or may not
+    # overwrite later (block order): only the padding catches it every time

@@ -1,6 +1,7 @@
 """The verdict of one attention case: outputs (device storage) against the float64 reference.
 
-Every O element must be written (poison gone) and finite; LSE (when on) must be written, never NaN, -inf
+Every O element must be written (poison gone) and finite, nothing outside the rows written (padding keeps
+its poison); LSE (when on) must be written, never NaN, -inf
 exactly where the reference's row sees no key. Errors: O relative to max |ref O|, LSE absolute (tolerances.py).
 Besides PASSED/FAILED the verdict says *where* it failed, so a planted bug is caught for its reason:
 `failed_heads` (query heads with a failing element), `failed_batches` (sequences), `failed_rows` / `failed_masked_rows` (rows whose keys the
@@ -89,7 +90,11 @@ def compare(inst, p: AttentionProblem, inputs, outputs: dict[str, np.ndarray], r
                 failed_full += 1
     worst.pop("_err", None)
     rel = max_abs / scale
+    stray = got["o_stray"] + got["lse_stray"]
     reasons = []
+    if stray:
+        reasons.append(f"{got['o_stray']} O and {got['lse_stray']} LSE elements written outside the rows of the "
+                       f"problem (stray writes into padding)")
     if unwritten:
         reasons.append(f"{unwritten} output elements never written (still poison)")
     if nonfinite:
@@ -127,7 +132,7 @@ def compare(inst, p: AttentionProblem, inputs, outputs: dict[str, np.ndarray], r
         "failed_batches": failed_batches,
         "lse_high_rows": lse_high,
         "lse_low_rows": lse_low,
-        "stray_writes": 0,
+        "stray_writes": stray,
     }
 
 

@@ -12,6 +12,8 @@ Faults (FAKE_FAULTS), the planted bugs verify must catch for the right reason:
   key_tail_off_by_one  masks the key tail one key late (reads the row after the sequence's last key)
   wrong_kv_head        query head h reads KV head h % heads_kv instead of h // (heads_q / heads_kv)
   skip_lse             leaves the LSE unwritten
+  lse_overrun          pads each LSE row with +inf up to a multiple of 32 (what CUTLASS's kernel_forward.h does
+                       for its backward pass): a stray write past the row, caught where rows are padded
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-FAKE_FAULTS = ("wrong_scale", "no_mask", "key_tail_off_by_one", "wrong_kv_head", "skip_lse")
+FAKE_FAULTS = ("wrong_scale", "no_mask", "key_tail_off_by_one", "wrong_kv_head", "skip_lse", "lse_overrun")
 
 
 # ---------------------------------------------------------------------------------------- dtype codecs
@@ -80,11 +82,17 @@ def _sequences(p, cu: np.ndarray | None, which: str) -> list[tuple[int, int]]:
 
 
 def _view(flat: np.ndarray, p, heads: int, dim: int, rows: int) -> np.ndarray:
-    """[batch_entries, heads, rows, dim] view of a packed tensor (batch_entries = 1 when varlen)."""
+    """[batch_entries, heads, rows, dim] strided view of a tensor (batch_entries = 1 when varlen); rows are
+    `pad` elements longer than packed ones."""
     nb = 1 if p.varlen else p.batch
+    e = flat.itemsize
     if p.layout == "bshd":
-        return flat.reshape(nb, rows, heads, dim).transpose(0, 2, 1, 3)
-    return flat.reshape(nb, heads, rows, dim)
+        row = heads * dim + p.pad
+        shape, strides = (nb, heads, rows, dim), (rows * row * e, dim * e, row * e, e)
+    else:
+        row = dim + p.pad
+        shape, strides = (nb, heads, rows, dim), (heads * rows * row * e, rows * row * e, row * e, e)
+    return np.lib.stride_tricks.as_strided(flat, shape=shape, strides=strides, writeable=flat.flags.writeable)
 
 
 def fake_run(inst, p, buffers: Mapping[str, Any], faults: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, np.ndarray]:
@@ -108,7 +116,10 @@ def fake_run(inst, p, buffers: Mapping[str, Any], faults: Mapping[str, Mapping[s
     lse_buf = buffers.get("lse")
     lse_flat = None if lse_buf is None else np.array(lse_buf, copy=True)
     if lse_flat is not None:
-        L = lse_flat.reshape(p.heads_q, rows_q) if p.varlen else lse_flat.reshape(p.batch, p.heads_q, p.seq_q)
+        if p.varlen:
+            L = lse_flat.reshape(p.heads_q, rows_q + p.pad)
+        else:
+            L = lse_flat.reshape(p.batch, p.heads_q, p.seq_q + p.pad)
 
     scale = (1.0 / math.sqrt(p.head_dim)) if ("wrong_scale" in faults or p.scale == 0) else p.scale
     group = p.heads_q // p.heads_kv
@@ -164,6 +175,11 @@ def fake_run(inst, p, buffers: Mapping[str, Any], faults: Mapping[str, Mapping[s
                     L[h, q0:q0 + sq] = val
                 else:
                     L[b, h, :sq] = val
+                if "lse_overrun" in faults:
+                    end = -(-sq // 32) * 32
+                    flat_start = (h * (rows_q + p.pad) + q0) if p.varlen else ((b * p.heads_q + h) * (p.seq_q + p.pad))
+                    stop = min(flat_start + end, lse_flat.size)
+                    lse_flat[flat_start + sq:stop] = np.inf
     out = {"o": o_flat}
     if lse_flat is not None:
         out["lse"] = lse_flat

@@ -14,6 +14,8 @@ is the verify side's address computation (inputs and compare); the fake backend 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from emitter.dtypes import DType
@@ -67,7 +69,7 @@ def make_inputs(inst, p: AttentionProblem, data: str, seed: int) -> Inputs:
     buffers: dict[str, np.ndarray | None] = {}
     values: dict[str, list[np.ndarray]] = {"q": [], "k": [], "v": []}
     for name in ("q", "k", "v"):
-        flat = np.zeros(n[name], dtype=sdt)
+        flat = np.full(n[name], hostdata.poison_value(dt), dtype=sdt)   # padding (pad > 0) holds NaN poison
         for b, (sq, sk) in enumerate(p.lengths()):
             heads = p.heads_q if name == "q" else p.heads_kv
             rows = sq if name == "q" else sk
@@ -94,20 +96,30 @@ def make_inputs(inst, p: AttentionProblem, data: str, seed: int) -> Inputs:
 def gather_outputs(inst, p: AttentionProblem, outputs: dict[str, np.ndarray]) -> dict[str, list[np.ndarray]]:
     """Device output storage -> per-sequence float64 arrays (o [Hq, sq_b, Dv], lse [Hq, sq_b]) and the
     per-sequence poison masks (True = never written)."""
-    out: dict[str, list[np.ndarray]] = {"o": [], "o_unwritten": [], "lse": [], "lse_unwritten": []}
+    out: dict[str, Any] = {"o": [], "o_unwritten": [], "lse": [], "lse_unwritten": []}
     o_bits = hostdata.bits_of(outputs["o"])
     poison_o = hostdata.bits_of(np.asarray(hostdata.poison_value(inst.dtype)).reshape(1))[0]
+    o_inside = np.zeros(o_bits.shape, dtype=bool)
+    has_lse = inst.lse and outputs.get("lse") is not None
+    if has_lse:
+        lse = np.asarray(outputs["lse"], dtype=np.float32)
+        l_bits = hostdata.bits_of(lse)
+        poison_l = hostdata.bits_of(np.asarray(hostdata.poison_value(LSE_DTYPE)).reshape(1))[0]
+        l_inside = np.zeros(l_bits.shape, dtype=bool)
     for b in range(p.batch):
         idx = storage_index(p, "o", b)
+        o_inside[idx] = True
         out["o"].append(hostdata.decode(outputs["o"][idx], inst.dtype))
         out["o_unwritten"].append(o_bits[idx] == poison_o)
-        if inst.lse and outputs.get("lse") is not None:
+        if has_lse:
             li = storage_index(p, "lse", b)
-            lse = np.asarray(outputs["lse"], dtype=np.float32)
-            poison_l = hostdata.bits_of(np.asarray(hostdata.poison_value(LSE_DTYPE)).reshape(1))[0]
+            l_inside[li] = True
             with np.errstate(invalid="ignore"):
                 out["lse"].append(lse[li].astype(np.float64))
-            out["lse_unwritten"].append(hostdata.bits_of(lse)[li] == poison_l)
+            out["lse_unwritten"].append(l_bits[li] == poison_l)
+    # elements outside every sequence's rows (padding, gaps) must still hold the poison
+    out["o_stray"] = int((o_bits[~o_inside] != poison_o).sum())
+    out["lse_stray"] = int((l_bits[~l_inside] != poison_l).sum()) if has_lse else 0
     return out
 
 

@@ -4,7 +4,7 @@ the `--problem` string parser.
     b=2,hq=16,hkv=4,sq=1000,sk=1000,d=128            fixed lengths (dv = d unless given)
     b=3,hq=8,hkv=2,lq=100:37:5,lk=120:37:1,d=64      variable lengths (cu_seqlens), one length per sequence
     keys: b|batch, hq|heads_q|h, hkv|heads_kv, sq|seq_q, sk|seq_k, s (both), d|head_dim, dv|head_dim_v,
-          scale (0 = 1/sqrt(d)), layout (bshd|bhsd), lq|seqlens_q, lk|seqlens_k
+          scale (0 = 1/sqrt(d)), layout (bshd|bhsd), lq|seqlens_q, lk|seqlens_k, pad (extra elements per row)
 
 Memory (attention_abi.h): the head dim is contiguous; (batch, seq, head) strides come from the layout
 (bshd: [B, S, H, D]; bhsd: [B, H, S, D]); varlen tensors are packed [total, H, D] (bshd) or [H, total, D]
@@ -39,6 +39,10 @@ class AttentionProblem:
     layout: str = "bshd"
     seqlens_q: tuple[int, ...] | None = None   # varlen only: one length per sequence
     seqlens_k: tuple[int, ...] | None = None
+    # extra elements in every row of each tensor (not packed: bshd seq stride heads*dim + pad, bhsd seq stride
+    # dim + pad; LSE head stride seq + pad). Padding holds poison: a kernel that writes it (stray writes) or
+    # reads it (NaN) is caught. 0 = packed.
+    pad: int = 0
 
     # ---------------------------------------------------------------- derived
     @property
@@ -81,30 +85,34 @@ class AttentionProblem:
         return self.total_k if self.varlen else self.seq_k
 
     def strides(self) -> dict[str, tuple[int, ...]]:
-        """Packed element strides: q/k/v/o -> (batch, seq, head); lse -> (batch, head)."""
+        """Element strides: q/k/v/o -> (batch, seq, head); lse -> (batch, head). Packed unless `pad`."""
         out: dict[str, tuple[int, ...]] = {}
         for name, heads, rows, dim in (("q", self.heads_q, self.rows("q"), self.head_dim),
                                        ("k", self.heads_kv, self.rows("k"), self.head_dim),
                                        ("v", self.heads_kv, self.rows("k"), self.head_dim_v),
                                        ("o", self.heads_q, self.rows("q"), self.head_dim_v)):
-            sb = 0 if self.varlen else heads * rows * dim
             if self.layout == "bshd":
-                out[name] = (sb, heads * dim, dim)
+                ss = heads * dim + self.pad
+                out[name] = (0 if self.varlen else rows * ss, ss, dim)
             else:
-                out[name] = (sb, dim, rows * dim)
-        out["lse"] = (0, self.total_q) if self.varlen else (self.heads_q * self.seq_q, self.seq_q)
+                ss = dim + self.pad
+                out[name] = (0 if self.varlen else heads * rows * ss, ss, rows * ss)
+        lrow = self.rows("q") + self.pad
+        out["lse"] = (0, lrow) if self.varlen else (self.heads_q * lrow, lrow)
         return out
 
     def elements(self) -> dict[str, int]:
-        """Elements of each buffer (packed)."""
+        """Elements of each buffer (with the padding)."""
         bq = 1 if self.varlen else self.batch
-        return {
-            "q": bq * self.heads_q * self.rows("q") * self.head_dim,
-            "k": bq * self.heads_kv * self.rows("k") * self.head_dim,
-            "v": bq * self.heads_kv * self.rows("k") * self.head_dim_v,
-            "o": bq * self.heads_q * self.rows("q") * self.head_dim_v,
-            "lse": bq * self.heads_q * self.rows("q"),
-        }
+        out = {}
+        for name, heads, rows, dim in (("q", self.heads_q, self.rows("q"), self.head_dim),
+                                       ("k", self.heads_kv, self.rows("k"), self.head_dim),
+                                       ("v", self.heads_kv, self.rows("k"), self.head_dim_v),
+                                       ("o", self.heads_q, self.rows("q"), self.head_dim_v)):
+            per = rows * (heads * dim + self.pad) if self.layout == "bshd" else heads * rows * (dim + self.pad)
+            out[name] = bq * per
+        out["lse"] = bq * self.heads_q * (self.rows("q") + self.pad)
+        return out
 
     def label(self) -> str:
         parts = [f"b{self.batch}", f"h{self.heads_q}x{self.heads_kv}"]
@@ -117,6 +125,8 @@ class AttentionProblem:
         if self.scale:
             parts.append(f"sc{self.scale:g}")
         parts.append(self.layout)
+        if self.pad:
+            parts.append(f"pad{self.pad}")
         text = "_".join(parts)
         return re.sub(r"[^A-Za-z0-9_.+-]", "", text)
 
@@ -130,7 +140,7 @@ class AttentionProblem:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "AttentionProblem":
         fields = {"batch", "heads_q", "heads_kv", "seq_q", "seq_k", "head_dim", "head_dim_v", "scale", "layout",
-                  "seqlens_q", "seqlens_k"}
+                  "seqlens_q", "seqlens_k", "pad"}
         d = {k: v for k, v in d.items() if k in fields}   # a result record also holds label, data, source
         if d.get("seqlens_q") is not None:                # varlen: batch and max lengths follow from the lengths
             d.pop("seq_q", None)
@@ -147,7 +157,7 @@ class ProblemError(ValueError):
 
 def make_problem(*, batch: int | None = None, heads_q: int, heads_kv: int | None = None, seq_q: int | None = None,
                  seq_k: int | None = None, head_dim: int, head_dim_v: int | None = None, scale: float = 0.0,
-                 layout: str = "bshd", seqlens_q=None, seqlens_k=None) -> AttentionProblem:
+                 layout: str = "bshd", seqlens_q=None, seqlens_k=None, pad: int = 0) -> AttentionProblem:
     """A checked problem (ProblemError naming the field). Varlen: give seqlens_q and seqlens_k; batch and the
     max lengths follow from them."""
     heads_kv = heads_q if heads_kv is None else heads_kv
@@ -162,6 +172,8 @@ def make_problem(*, batch: int | None = None, heads_q: int, heads_kv: int | None
         raise ProblemError(f"layout={layout!r}: use one of {', '.join(LAYOUTS)}")
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale < 0:
         raise ProblemError(f"scale={scale!r}: a finite number >= 0 is expected (0 = 1/sqrt(head_dim))")
+    if isinstance(pad, bool) or not isinstance(pad, int) or not 0 <= pad <= 4096:
+        raise ProblemError(f"pad={pad!r}: an integer 0..4096 (extra elements per row) is expected")
     if (seqlens_q is None) != (seqlens_k is None):
         raise ProblemError("variable lengths need both seqlens_q and seqlens_k")
     if seqlens_q is not None:
@@ -176,11 +188,12 @@ def make_problem(*, batch: int | None = None, heads_q: int, heads_kv: int | None
         if batch is not None and batch != len(lq):
             raise ProblemError(f"batch={batch} but {len(lq)} sequence lengths")
         return AttentionProblem(len(lq), heads_q, heads_kv, max(lq), max(max(lk), 1), head_dim, head_dim_v,
-                                float(scale), layout, lq, lk)
+                                float(scale), layout, lq, lk, pad)
     for name, v in (("batch", batch), ("seq_q", seq_q), ("seq_k", seq_k)):
         if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_DIM:
             raise ProblemError(f"{name}={v!r}: a positive integer is expected")
-    return AttentionProblem(batch, heads_q, heads_kv, seq_q, seq_k, head_dim, head_dim_v, float(scale), layout)
+    return AttentionProblem(batch, heads_q, heads_kv, seq_q, seq_k, head_dim, head_dim_v, float(scale), layout,
+                            pad=pad)
 
 
 # ------------------------------------------------------------------------------------- can implement
@@ -228,7 +241,7 @@ _KEYS = {
     "hkv": "heads_kv", "heads_kv": "heads_kv", "sq": "seq_q", "seq_q": "seq_q", "sk": "seq_k", "seq_k": "seq_k",
     "s": "s", "d": "head_dim", "head_dim": "head_dim", "dv": "head_dim_v", "head_dim_v": "head_dim_v",
     "scale": "scale", "layout": "layout", "lq": "seqlens_q", "seqlens_q": "seqlens_q", "lk": "seqlens_k",
-    "seqlens_k": "seqlens_k",
+    "seqlens_k": "seqlens_k", "pad": "pad",
 }
 PROBLEM_KEYS = tuple(sorted(set(_KEYS.values()) - {"s"}))
 

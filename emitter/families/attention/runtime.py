@@ -113,8 +113,9 @@ def problem_from_mapping(item: Mapping[str, Any], where: str, line: int | None, 
 def default_problems(cfg: AttentionConfig, quick: bool = False) -> list[tuple[AttentionProblem, str]]:
     """The default verify set: sequence lengths that are not tile multiples, seq_q != seq_k both ways (both
     causal alignments see rows with few or no keys), GQA groups (MQA too) on GQA instances, a run-time
-    scale, both data kinds plus large magnitudes; varlen instances get ragged cu_seqlens with an empty
-    sequence. quick: small sizes only (CI / fake backend)."""
+    scale, both data kinds plus large magnitudes, padded rows (sm80: strides that are not packed, and stray
+    writes into the padding caught); varlen instances get ragged cu_seqlens with an empty sequence. quick:
+    small sizes only (CI / fake backend)."""
     d, dv, lay = cfg.head_dim, cfg.head_dim_v, cfg.layout.value
     hq, hkv = (8, 2) if cfg.gqa else (4, 4)
     out: list[tuple[AttentionProblem, str]] = []
@@ -140,6 +141,8 @@ def default_problems(cfg: AttentionConfig, quick: bool = False) -> list[tuple[At
         P("large", seqlens_q=lq(100, 64), seqlens_k=(100, 129))
         if cfg.gqa:
             P("normal", heads_kv=1, seqlens_q=lq(17, 50), seqlens_k=(70, 3))
+        if cfg.arch == "sm80":      # padded rows: any strides, and nothing written outside the rows
+            P("normal", seqlens_q=(20, 45), seqlens_k=(33, 0), pad=8)
         if not quick:
             P("normal", seqlens_q=lq(1000, 513, 2), seqlens_k=(1000, 1024, 700))
         return out
@@ -150,6 +153,8 @@ def default_problems(cfg: AttentionConfig, quick: bool = False) -> list[tuple[At
     P("large", batch=1, seq_q=96, seq_k=200)
     if cfg.gqa:
         P("normal", batch=1, heads_q=4, heads_kv=1, seq_q=sq(33), seq_k=47)
+    if cfg.arch == "sm80":          # padded rows: any strides, and nothing written outside the rows
+        P("normal", batch=2, seq_q=50, seq_k=70, scale=0.2, pad=8)
     if not quick:
         P("normal", batch=2, seq_q=1000, seq_k=1000)
         P("normal", batch=1, seq_q=513, seq_k=2048, scale=0.1)
