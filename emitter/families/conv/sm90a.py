@@ -7,6 +7,9 @@ cutlass/kernel_hardware_info.h; the tile's K mode must be nested (Shape<_128,_12
 too, as CUTLASS's generator writes it); only the non-persistent schedule exists (the cooperative / pingpong conv
 schedules static_assert); TMA needs 16-byte rows (C % 8 for f16: C = 3 is refused, use the sm80 few/fixed
 channel iterators for a first layer); padding <= 256 (2D) / 16 (3D); groups = 1; alignof(Params) = 128.
+The kernel has one producer and ONE consumer warpgroup (256 threads): a tile's f32 accumulators take
+m*n/128 registers a thread, so 128x256 (256) spills (4684 bytes, ptxas -v) -- accepted, as CUTLASS's generator
+emits it, but 128x128 / 64x256 are the largest tiles that keep their accumulators in registers.
 """
 
 from __future__ import annotations
