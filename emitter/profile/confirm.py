@@ -53,7 +53,7 @@ from typing import Any, Callable
 
 from emitter.fsutil import atomic_write_json
 from emitter.profile.config import Problem, ProfileConfig, Timing
-from emitter.profile.records import OK, Measurement, Op, launch_label, op_of
+from emitter.profile.records import OK, Measurement, launch_label, op_of
 from emitter.profile.worker import _short
 
 CONFIRM_FILE = "confirm.json"
