@@ -59,6 +59,22 @@ def test_auto_stages_fit_and_match_upstream_default():
     assert persistent.stages < non_persistent.stages                   # epilogue storage no longer overlaps
 
 
+# sizeof(Kernel::SharedStorage) as the built shims report it (emitter_<name>_query's shared_bytes, nvcc 13.0)
+MEASURED_SMEM = [
+    (dict(head_dim=32, tile_kv=64, key_tail=False, layout=Layout.bhsd), 5, 29184),
+    (dict(head_dim=64, schedule=Schedule.pingpong, persistent=True, mask=Mask.causal_bottom_right, gqa=True), 5, 116224),
+    (dict(mask=Mask.causal_bottom_right, lse=True, gqa=True), 5, 197120),
+    (dict(dtype=DType.bf16, head_dim=128, varlen=True, gqa=True, lse=True), 5, 197120),
+    (dict(dtype=DType.bf16, head_dim=256, tile_kv=64, persistent=True, mask=Mask.causal_bottom_right), 4, 214528),
+]
+
+
+@pytest.mark.parametrize("changes,stages,measured", MEASURED_SMEM)
+def test_shared_memory_model_matches_measured(changes, stages, measured):
+    inst = sm90a.resolve(make(**changes))
+    assert inst.stages == stages and sm90a.smem_bytes(inst, stages).total == measured
+
+
 @pytest.mark.parametrize("changes,rule,words", [
     (dict(dtype=DType.e4m3), "sm90a-e4m3-v-layout", "transposed"),
     (dict(head_dim=96), "sm90a-head-dim", "96"),
