@@ -103,7 +103,7 @@ REJECT = [
     (SM90 + "split_k: serial\n", "split-k-3x", "sm80"),
     (SM90 + "iterator: few_channels\n", "iterator-is-2x", "sm80"),
     (SM90 + "warp: 64x64x64\n", "warp-is-2x", "remove"),
-    (SM90 + "stride_support: unity\n", "stride-support-3x", "strided"),
+    (SM90.replace("op: fprop", "op: dgrad") + "stride_support: strided\n", "dgrad-strided-3x", "stride_support: unity"),
     (SM90.replace("tile: 128x128x64", "tile: 96x128x64"), "tile-m", "64, 128 or 256"),
     (SM90.replace("tile: 128x128x64", "tile: 128x128x48"), "tile-k", "k=64"),
     (SM90 + "cluster: 4x2x1\n", "cluster", "m*n <= 4"),

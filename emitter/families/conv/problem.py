@@ -222,6 +222,8 @@ def not_supported_reasons(cfg: Mapping[str, Any], p: ConvProblem) -> list[str]:
     if not p.bias and cfg.get("epilogue", {}).get("bias", False):
         reasons.append("this instance adds a bias: give the problem bias=1")
     it = cfg.get("iterator", "optimized")
+    if cfg.get("stride_support") == "unity" and max(p.stride) > 1:
+        reasons.append(f"stride {list(p.stride)}: this is a unity-stride instance (stride_support: unity)")
     if arch == "sm90a":
         limit = 256 if dims == 2 else 16
         if max(p.pad_front + p.pad_back) > limit:
@@ -234,8 +236,6 @@ def not_supported_reasons(cfg: Mapping[str, Any], p: ConvProblem) -> list[str]:
             if (f - 1) * p.dilation[i] >= offset:
                 reasons.append(f"dilated filter extent {(f - 1) * p.dilation[i] + 1} too large for the im2col TMA offsets")
     else:
-        if cfg.get("stride_support") == "unity" and max(p.stride) > 1:
-            reasons.append(f"stride {list(p.stride)}: this is a unity-stride instance (stride_support: unity)")
         if it == "fixed_channels" and p.c != al_a:
             reasons.append(f"iterator fixed_channels needs C == alignment a = {al_a} (C = {p.c})")
         if op == "dgrad" and max(p.stride) > 1 and cfg.get("stride_support") == "strided" and max(p.dilation) > 1:

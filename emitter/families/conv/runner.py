@@ -130,7 +130,7 @@ def planted_problem(cfg: ConvConfig) -> ConvProblem:
     """A problem every planted bug changes visibly: 3x3, stride 2, padding 1, odd sizes."""
     al = max(cfg.alignment_a, cfg.alignment_b, cfg.alignment_c, 8)
     return ConvProblem(n=2, h=15, w=13, c=al * 3, k=al * 5, r=3, s=3, pad_front=(0, 1, 1), pad_back=(0, 1, 1),
-                       stride=(1, 2, 2) if not (cfg.arch != "sm90a" and cfg.stride_support == "unity") else (1, 1, 1))
+                       stride=(1, 2, 2) if cfg.stride_support != "unity" else (1, 1, 1))
 
 
 def run_case(kern: ConvKernel, p: ConvProblem, data: str, seed: int, planted: str | None = None,

@@ -74,9 +74,11 @@ def resolve(inst: ConvInstance) -> ConvInstance | Rejection:
     if inst.swizzle != 1:
         return reject(inst, "swizzle-is-2x", "swizzle is a 2.x threadblock swizzle; the sm90 conv kernel is "
                                              "non-persistent (one CTA per tile): remove `swizzle`")
-    if inst.stride_support is StrideSupport.unity:
-        return reject(inst, "stride-support-3x", "the sm90 conv kernel handles every stride in one kernel: remove "
-                                                 "stride_support (or write strided)")
+    if inst.op is ConvOp.dgrad and inst.stride_support is StrideSupport.strided:
+        return reject(inst, "dgrad-strided-3x", "CUTLASS's sm90 dgrad collective computes unit-stride dgrad only (its "
+                                                "im2col TMA applies the traversal stride to dy; CUTLASS's sm100 kernels "
+                                                "refuse stride > 1 without their strided-dgrad variant): use "
+                                                "stride_support: unity")
     if inst.split_k is not SplitK.none:
         return reject(inst, "split-k-3x", f"split_k {inst.split_k} is not in CUTLASS's sm90 conv kernel (its only "
                                           f"schedule is non-persistent, no stream-K): use arch: sm80 with split_k: serial")
@@ -187,4 +189,5 @@ def template_context(inst: ConvInstance) -> dict:
         "output_ptr": out,
         "ptr_a": a_t,
         "ptr_b": b_t,
+        "unity_stride": inst.stride_support is StrideSupport.unity,
     }

@@ -148,8 +148,9 @@ def _build(point: Assign) -> ConvInstance:
     if warp is None and not three:
         warp = Shape3(min(64, max(tile.m // 2, 16)), min(64, max(tile.n // 2, 8)), tile.k)
     op: ConvOp = point["op"]
-    # 2.x dgrad defaults to the unity-stride iterators (the strided dgrad kernel is another kernel); 3.x has one for all
-    default_stride = StrideSupport.unity if (op is ConvOp.dgrad and not three) else StrideSupport.strided
+    # dgrad defaults to unit stride: CUTLASS's strided 2.x dgrad is another kernel, and the sm90 dgrad collective
+    # computes unit-stride dgrad only
+    default_stride = StrideSupport.unity if op is ConvOp.dgrad else StrideSupport.strided
     return ConvInstance(
         arch=arch, op=op, layout=point.get("layout", Layout.nhwc), a=a, c=c, accumulator=acc,
         epilogue_compute=compute, tile=tile, warp=warp,
