@@ -201,6 +201,7 @@ def bench_case(torch, timer: Timer, layer, op: str, dt: str, kernels: list, n: i
     rel = float((got - ref).norm() / max(ref.norm(), 1e-30))
     ok = math.isfinite(rel) and rel < 2e-2
     row = {"layer": label, "op": op, "dtype": dt, "kernel": best, "time_ms": times[best], "cudnn_ms": times["cudnn"],
+           "problem": {"n": p.n, "h": p.h, "w": p.w, "c": p.c, "k": p.k, "r": p.r, "s": p.s, "stride": st, "pad": pad},
            "tflops": flops / (times[best] * 1e-3) / 1e12, "cudnn_tflops": flops / (times["cudnn"] * 1e-3) / 1e12,
            "ratio": times["cudnn"] / times[best], "check_rel_err": rel, "check": "ok" if ok else "MISMATCH",
            "candidates": {k_: flops / (t * 1e-3) / 1e12 for k_, t in times.items()}, "sets": nsets}
