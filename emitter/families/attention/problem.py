@@ -220,7 +220,7 @@ def not_supported_reasons(inst, p: AttentionProblem) -> list[str]:
             out.append("heads_q and batch must be <= 65535 (grid y/z)")
     # sm90a (templates/attention/sm90a/device.cu.j2): upstream's can_implement wants seq_q (varlen: the longest)
     # a multiple of the 16-byte vector; strides are packed here, so the TMA stride rules hold
-    if getattr(inst.arch, "yaml", inst.arch) == "sm90a":
+    if getattr(inst.arch, "yaml", inst.arch) == "sm90a" and not p.varlen:   # varlen: the shim rounds it up
         vector = 128 // inst.dtype.bits
         if p.seq_q % vector:
             out.append(f"seq_q={p.seq_q} is not a multiple of {vector} (the sm90a collective's 16-byte rule)")
