@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,11 @@ from emitter.errors import EmitterError
 
 EXECUTORS = ("local", "ray")
 INSTALL_HINT = "pip install 'emitter[ray]'   (or: pip install 'ray>=2.9')"
+_FIX = ("start a cluster (`ray start --head` on one node, `ray start --address <head>:6379` on the others) and pass "
+        "--address auto on a node of it, or --address ray://<head>:10001 from elsewhere (that needs "
+        "pip install 'ray[client]'); or leave out --address for a local instance. A cluster that `ray start` "
+        "began with token authentication (Ray 2.5x's default) also wants RAY_AUTH_MODE=token here and its token in "
+        "~/.ray/auth_token")
 
 
 class RayUnavailable(EmitterError):
@@ -56,6 +62,22 @@ class RaySession:
         return best
 
 
+def _reachable(address: str | None, timeout_s: float = 10.0) -> None:
+    """Fail fast on a host:port nobody listens on (ray.init would wait minutes for its GCS)."""
+    if address == "auto":
+        address = os.environ.get("RAY_ADDRESS")
+    if not address or address in ("auto", "local"):
+        return
+    hostport = address[len("ray://"):] if address.startswith("ray://") else address
+    host, _, port = hostport.rpartition(":")
+    if not port.isdigit():
+        return
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise RayUnavailable(f"cannot reach Ray at {address}: {e.strerror or e}\n  fix: {_FIX}") from None
+
+
 def connect(address: str | None = None) -> RaySession:
     """Join Ray at `address` ("auto", "host:port", "ray://host:port"), or start a local instance when None.
 
@@ -64,6 +86,7 @@ def connect(address: str | None = None) -> RaySession:
     if ray.is_initialized():
         return RaySession(ray, False, address)
     address = address or os.environ.get("EMITTER_RAY_ADDRESS") or None
+    _reachable(address)
     kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING,
                               "log_to_driver": False}
     try:
@@ -74,10 +97,7 @@ def connect(address: str | None = None) -> RaySession:
     except (ConnectionError, TimeoutError, RuntimeError, ValueError) as e:
         where = address or "a local instance"
         raise RayUnavailable(f"cannot reach Ray at {where}: {str(e).strip().splitlines()[0] if str(e).strip() else e!r}\n"
-                             "  fix: start a cluster (`ray start --head` on one node, `ray start --address "
-                             "<head>:6379` on the others) and pass --address auto on a node of it, or "
-                             "--address ray://<head>:10001 from elsewhere; or leave out --address for a "
-                             "local instance") from None
+                             f"  fix: {_FIX}") from None
     return RaySession(ray, True, address)
 
 

@@ -358,3 +358,21 @@ def test_cli_profile_with_ray(sm90a_manifest, tmp_path, ray_local):
     assert len(json.loads((tmp_path / "res" / "tuning.json").read_text())["entries"]) == 2
     res = CliRunner().invoke(main, ["profile", str(cfg), "--backend", "fake", "--executor", "ray", "--gpus", "3"])
     assert res.exit_code == 2 and "the Ray cluster has 2" in res.output, res.output
+
+
+@needs_ray
+def test_an_address_nobody_listens_on_fails_fast():
+    """ray.init would wait minutes for a GCS at a dead address; emitter says so in a second, exit 2."""
+    import socket
+    import time
+
+    from emitter.executors import RayUnavailable, _reachable
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
+        t0 = time.monotonic()
+        with pytest.raises(RayUnavailable, match="ray start --head") as e:
+            _reachable(address)
+        assert e.value.exit_code == 2 and time.monotonic() - t0 < 5
