@@ -190,4 +190,6 @@ def template_context(inst: ConvInstance) -> dict:
         "ptr_a": a_t,
         "ptr_b": b_t,
         "unity_stride": inst.stride_support is StrideSupport.unity,
+        # the row (channel) alignment each tensor needs, by its role in this op
+        **{f"align_{t}": al for t, al in ((a_t, inst.alignment_a), (b_t, inst.alignment_b), (out, inst.alignment_c))},
     }

@@ -24,7 +24,9 @@ struct Device {
   }
 
   // Extents [outer..., C] and strides (elements, 0 = packed) of one NDHWC tensor, in the problem's rank.
-  static bool tensor(int n, int d, int h, int w, int c, const long long* given, TensorExtent& shape, TensorStride& stride) {
+  // `align`: elements the tensor's rows must be a multiple of (TMA moves 16-byte rows).
+  static bool tensor(int n, int d, int h, int w, int c, const long long* given, int align, TensorExtent& shape,
+                     TensorStride& stride) {
     if (d != 1) return false;
     long long const ext[4] = {n, h, w, c};
     long long const packed[3] = {(long long)h * w * c, (long long)w * c, c};
@@ -32,7 +34,7 @@ struct Device {
     for (int i = 0; i < 4; ++i) shape[i] = int(ext[i]);
     for (int i = 0; i < 3; ++i) {
       long long s = in[i] ? in[i] : packed[i];
-      if (s < packed[i] || s % AlignmentA) return false;
+      if (s < packed[i] || s % align) return false;
       stride[i] = s;
     }
     stride[3] = 1;
@@ -66,9 +68,10 @@ struct Device {
 
     TensorExtent shape_x{}, shape_w{}, shape_y{};
     TensorStride stride_x{}, stride_w{}, stride_y{};
-    if (!tensor(p->n, p->d, p->h, p->w, p->c, p->stride_x, shape_x, stride_x) ||
-        !tensor(p->k, p->t, p->r, p->s, p->c, p->stride_w, shape_w, stride_w) ||
-        !tensor(p->n, out[0], out[1], out[2], p->k, p->stride_y, shape_y, stride_y)) return EMITTER_CANNOT_IMPLEMENT;
+    if (!tensor(p->n, p->d, p->h, p->w, p->c, p->stride_x, 8, shape_x, stride_x) ||
+        !tensor(p->k, p->t, p->r, p->s, p->c, p->stride_w, 8, shape_w, stride_w) ||
+        !tensor(p->n, out[0], out[1], out[2], p->k, p->stride_y, 8, shape_y, stride_y))
+      return EMITTER_CANNOT_IMPLEMENT;   // rows (channels) not a multiple of the 16-byte TMA granule
     typename ProblemShape::ShapePadding lower{}, upper{};
     typename ProblemShape::TraversalStride tstride{};
     typename ProblemShape::ShapeDilation dilation{};
