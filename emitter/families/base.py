@@ -176,6 +176,12 @@ class RuntimeFamily(Protocol):
     profile_fake_problem(config, problem, settings, limit, **run_options) -> problem
         the fake profile engine's check problem: the profile problem shrunk to at most `limit` per size
     BASELINE_PROVIDERS: dict[str, str]   (optional) what each baseline calls, for records before it ran
+    profile_problem(problem) -> profile problem | str
+        the profile's unit for a parsed problem (`--problem`, YAML string entries), or why it cannot be one;
+        a profile problem has FAMILY, key (str), flops (int), as_dict() (JSON, with "family" for families
+        other than gemm) and is hashable; GEMM's is emitter.profile.config.Problem
+    profile_problem_from_dict(d) -> profile problem;  profile_op_from_json(d) -> op   (JSON round trips)
+    profile_min_bytes(op, problem, beta) -> int   (optional) fewest bytes moved, for GB/s (None without it)
     profile_variants(config, problem, options: list[int]) -> list[int]   (optional) the run-time option sets
         of the profile's `scheduler` sweep the instance takes, distinct launches only (default: [0])
     profile_splits(config, problem, sm_count) -> list[int]   (optional) split-K slice counts to time (default [1])
@@ -224,7 +230,7 @@ VERIFY_HOOKS = (
 )
 PROFILE_HOOKS = (
     "profile_op", "profile_set_bytes", "profile_allocate", "kernel_launch", "baseline", "profile_check",
-    "profile_poison", "profile_fake_problem",
+    "profile_poison", "profile_fake_problem", "profile_problem", "profile_problem_from_dict", "profile_op_from_json",
 )
 RUNTIME_DATA = ("NAME", "DATA_KINDS", "PROBLEM_KEYS", "FAKE_FAULTS", "BASELINES")
 

@@ -19,10 +19,10 @@ def _problems(values: tuple[str, ...], problems_file=None, m=None, n=None, k=Non
     """Profile problems from the shared problem flags (emitter.verify.cli.problem_flags) and the named sets.
 
     Each --problem string is a named set (square, llm) or a problem the kernel families parse (GEMM: MxNxK,
-    MxNxKxBATCH, m=..,n=..,k=..); the profile times sizes only (alpha and beta are the config's), so a problem
-    that sets anything else is refused rather than ignored."""
+    MxNxKxBATCH, m=..,n=..,k=..), turned into the profile's unit by the family's profile_problem hook (GEMM
+    times sizes only: alpha and beta are the config's, so a problem that sets anything else is refused)."""
     from emitter.errors import SpecError
-    from emitter.profile.config import Problem, named_set
+    from emitter.profile.config import named_set, problems_from_text
     from emitter.verify.cli import user_problems
     from emitter.verify.problems import hooks_of
 
@@ -34,21 +34,16 @@ def _problems(values: tuple[str, ...], problems_file=None, m=None, n=None, k=Non
             out += named_set(t)
         else:
             texts.append(v)
-    vps = user_problems(tuple(texts), problems_file, m, n, k, batch, data="both", families=families)
-    for vp in vps:
-        hooks = hooks_of(vp.problem)
-        d = hooks.problem_to_dict(vp.problem)
-        try:
-            prob = Problem.from_dict(d)
-            same = hooks.problem_to_dict(hooks.problem_from_dict(prob.as_dict())) == d
-        except (KeyError, TypeError, ValueError):
-            prob, same = None, False
-        if not same or prob is None:
-            raise SpecError("profile problems are sizes only (m, n, k, batch): alpha and beta come from the "
-                            "profile config, leading dimensions and split-K from the kernels",
-                            file="<command line>", key_path="--problem", value=vp.label,
-                            fix="--problem 4096x4096x4096 (or square, llm)")
-        out.append(prob)
+    if texts:
+        out += problems_from_text(texts, families)
+    if problems_file is not None or any(v is not None for v in (m, n, k, batch)):
+        for vp in user_problems((), problems_file, m, n, k, batch, data="both", families=families):
+            hook = getattr(hooks_of(vp.problem), "profile_problem", None)
+            got = hook(vp.problem) if hook else f"the {vp.family} family has no profile problems"
+            if isinstance(got, str):
+                raise SpecError(got, file="<command line>", key_path="--problem", value=vp.label,
+                                fix="--problem 4096x4096x4096 (or square, llm)")
+            out.append(got)
     return tuple(dict.fromkeys(out))
 
 

@@ -45,7 +45,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from emitter.errors import SpecError
 from emitter.spec.loader import Document, KeyPath, load_file, parse_text
@@ -73,6 +73,11 @@ LLM_NK = ((4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192), (8192, 8192
 
 @dataclass(frozen=True, order=True)
 class Problem:
+    """GEMM's profile problem (the sizes; alpha and beta are the config's). Other families' profile problems
+    have the same face: FAMILY, key, flops, as_dict() (with "family"), ordering by their own fields."""
+
+    FAMILY: ClassVar[str] = "gemm"
+
     m: int
     n: int
     k: int
@@ -96,6 +101,40 @@ class Problem:
 
     def __str__(self) -> str:
         return self.key
+
+
+def problem_from_json(d: dict[str, Any]) -> Any:
+    """A profile problem from its JSON (as_dict): GEMM's Problem, or the family's named by "family"."""
+    family = d.get("family", "gemm") if isinstance(d, dict) else "gemm"
+    if family == "gemm":
+        return Problem.from_dict(d)
+    from emitter.families.base import runtime_family
+
+    return runtime_family(family, need=("profile_problem_from_dict",)).profile_problem_from_dict(d)
+
+
+def problems_from_text(texts: Any, families: Any = None, where: str = "<command line>") -> list[Any]:
+    """Profile problems from problem strings the kernel families parse (`4096x4096x4096`,
+    `b=2,hq=16,hkv=4,sq=4096,sk=4096,d=128`): each family's profile_problem of what it parsed. SpecError for a
+    string no family parses, or one that sets what a profile problem cannot hold."""
+    from emitter.verify.problems import hooks_of, problems_from_strings
+
+    out = []
+    for vp in problems_from_strings(tuple(texts), "both", families, where):
+        hook = getattr(hooks_of(vp.problem), "profile_problem", None)
+        got = hook(vp.problem) if hook else f"the {vp.family} family has no profile problems (profile_problem)"
+        if isinstance(got, str):
+            raise SpecError(got, file=where, key_path="--problem" if where == "<command line>" else "problems",
+                            value=vp.label, fix="--problem 4096x4096x4096 (or square, llm)")
+        out.append(got)
+    return list(dict.fromkeys(out))
+
+
+def problem_ident(p: Any) -> tuple:
+    """What identifies a profile problem in groupings and sort orders: GEMM (m, n, k, batch), else its key."""
+    if getattr(p, "FAMILY", "gemm") == "gemm":
+        return (p.m, p.n, p.k, p.batch)
+    return (p.key,)
 
 
 def named_set(name: str) -> list[Problem]:
@@ -172,7 +211,7 @@ class ProfileConfig:
     def from_json(cls, d: dict[str, Any]) -> "ProfileConfig":
         gpus = d.get("gpus", "all")
         return cls(file=d["file"], manifests=tuple(d["manifests"]),
-                   problems=tuple(Problem.from_dict(p) for p in d["problems"]),
+                   problems=tuple(problem_from_json(p) for p in d["problems"]),
                    select=tuple(d.get("select", ())), exclude=tuple(d.get("exclude", ())),
                    timing=Timing(**d.get("timing", {})), check=d.get("check", True),
                    alpha=d.get("alpha", 1.0), beta=d.get("beta", 0.0), baselines=tuple(d.get("baselines", ())),
@@ -276,6 +315,13 @@ def _problems(doc: Document, path: KeyPath, v: Any) -> tuple[Problem, ...]:
     out: list[Problem] = []
     for i, entry in enumerate(v):
         p = path + (i,)
+        if isinstance(entry, str) and ("=" in entry or entry.strip()[:1].isdigit()):
+            # a problem string the kernel families parse: `- 4096x4096x4096`, `- b=2,hq=16,sq=4096,sk=4096,d=128`
+            try:
+                out += problems_from_text([entry], None, doc.file)
+            except SpecError as e:
+                raise doc.error(p, e.message, value=entry, allowed=e.allowed, fix=e.fix or fix) from None
+            continue
         if isinstance(entry, str):   # shorthand: `- llm`
             entry = {"set": entry}
         entry = _mapping(doc, p, entry, "a problem entry")

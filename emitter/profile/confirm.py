@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from emitter.fsutil import atomic_write_json
-from emitter.profile.config import Problem, ProfileConfig, Timing
+from emitter.profile.config import Problem, ProfileConfig, Timing, problem_ident
 from emitter.profile.records import OK, Measurement, launch_label, op_of
 from emitter.profile.worker import _short
 
@@ -331,7 +331,7 @@ def write_tuning(profile_dir: Path, result: dict[str, Any]) -> Path:
     kept = profile_dir / (Path(config.output.tuning).stem + ".sweep.json")
     if tuning_path.is_file() and not kept.is_file():
         atomic_write_json(kept, json.loads(tuning_path.read_text(encoding="utf-8")))
-    by_ident = {(m.op.key, (m.problem.m, m.problem.n, m.problem.k, m.problem.batch), m.name, m.split_k, m.options): m
+    by_ident = {(m.op.key, problem_ident(m.problem), m.name, m.split_k, m.options): m
                 for m in measurements if m.kind == "kernel" and m.ok}
     confirmed: dict[tuple, dict[str, Any]] = {}
     choices = dict(report.choices)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
 
-from emitter.profile.config import Problem
+from emitter.profile.config import Problem, problem_from_json
 from emitter.profile.stats import TimingStats
 
 # statuses
@@ -98,8 +98,24 @@ def op_of(entry: Mapping[str, Any]) -> Any:
 _BYTES = {"f16": 2, "bf16": 2, "f32": 4, "tf32": 4, "f64": 8, "s8": 1, "s32": 4, "e4m3": 1, "e5m2": 1}
 
 
-def min_bytes(op: Op, p: Problem, beta: float) -> int:
-    """The fewest bytes the GEMM must move: A and B read once, D written once, C read when beta != 0."""
+def op_from_json(d: dict[str, Any]) -> Any:
+    """A profile op from its JSON (to_json): GEMM's Op, or the family's named by "family"."""
+    family = d.get("family", "gemm")
+    if family == "gemm":
+        return Op.from_json(d)
+    from emitter.families.base import runtime_family
+
+    return runtime_family(family, need=("profile_op_from_json",)).profile_op_from_json(d)
+
+
+def min_bytes(op: Any, p: Any, beta: float) -> int | None:
+    """The fewest bytes the GEMM must move: A and B read once, D written once, C read when beta != 0. Other
+    families: their optional profile_min_bytes hook (None without one)."""
+    if getattr(op, "FAMILY", "gemm") != "gemm":
+        from emitter.families.base import runtime_family
+
+        hook = getattr(runtime_family(type(op).FAMILY, need=()), "profile_min_bytes", None)
+        return hook(op, p, beta) if hook else None
     ab = (p.m * p.k * _BYTES[op.a] + p.k * p.n * _BYTES[op.b]) * p.batch
     d = p.m * p.n * _BYTES[op.d] * p.batch
     c = p.m * p.n * _BYTES[op.c] * p.batch if beta != 0 else 0
@@ -155,8 +171,8 @@ class Measurement:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Measurement":
-        return cls(kind=d["kind"], name=d["name"], provider=d.get("provider", ""), op=Op.from_json(d["op"]),
-                   problem=Problem.from_dict(d["problem"]), status=d.get("status", OK), reason=d.get("reason"),
+        return cls(kind=d["kind"], name=d["name"], provider=d.get("provider", ""), op=op_from_json(d["op"]),
+                   problem=problem_from_json(d["problem"]), status=d.get("status", OK), reason=d.get("reason"),
                    gpu=d.get("gpu", 0), manifest=d.get("manifest"),
                    stats=TimingStats.from_json(d["stats"]) if d.get("stats") else None,
                    check=d.get("check"), extra=d.get("extra") or {}, split_k=int(d.get("split_k", 1) or 1),

@@ -18,7 +18,7 @@ from typing import Any, Iterable
 
 from emitter import __version__
 from emitter.fsutil import atomic_write_json, atomic_write_text
-from emitter.profile.config import ProfileConfig
+from emitter.profile.config import ProfileConfig, problem_ident
 from emitter.profile.device import peaks_for
 from emitter.profile.records import Measurement, min_bytes
 from emitter.profile.selection import RULE, Choice, choose_all, group_key, measurement_key, tuning_table
@@ -73,7 +73,8 @@ def build(measurements: list[Measurement], envs: dict[int, dict[str, Any]], conf
         if m.ok and m.stats is not None:
             t = m.stats.median_ms * 1e-3
             f["tflops"] = m.problem.flops / t / 1e12
-            f["gbs"] = min_bytes(m.op, m.problem, config.beta) / t / 1e9
+            nbytes = min_bytes(m.op, m.problem, config.beta)
+            f["gbs"] = nbytes / t / 1e9 if nbytes is not None else None
             peak = peaks["tflops"].get(m.op.a)
             f["pct_peak"] = 100 * f["tflops"] / peak if peak else None
             f["pct_peak_bw"] = 100 * f["gbs"] / (peaks["hbm_tbs"] * 1e3) if peaks["hbm_tbs"] else None
@@ -87,7 +88,7 @@ def build(measurements: list[Measurement], envs: dict[int, dict[str, Any]], conf
 # ------------------------------------------------------------------------------------------ CSV / JSON
 def _sort_key(m: Measurement) -> tuple:
     p = m.problem
-    return (m.op.key, p.flops, p.m, p.n, p.k, p.batch, 0 if m.kind == "baseline" else 1, m.name, m.split_k, m.options)
+    return (m.op.key, p.flops, *problem_ident(p), 0 if m.kind == "baseline" else 1, m.name, m.split_k, m.options)
 
 
 def rows(report: Report) -> list[dict[str, Any]]:
@@ -98,7 +99,8 @@ def rows(report: Report) -> list[dict[str, Any]]:
         s = m.stats
         out.append({
             "gpu": m.gpu, "op": m.op.key, "layout": m.op.layout, "a": m.op.a, "b": m.op.b, "c": m.op.c, "d": m.op.d,
-            "m": m.problem.m, "n": m.problem.n, "k": m.problem.k, "batch": m.problem.batch,
+            "m": getattr(m.problem, "m", None), "n": getattr(m.problem, "n", None),
+            "k": getattr(m.problem, "k", None), "batch": getattr(m.problem, "batch", None),
             "kind": m.kind, "name": m.name, "split_k": m.split_k, "options": m.options, "scheduler": m.options_label,
             "provider": m.provider, "status": m.status,
             "median_ms": _r(s.median_ms, 6) if s else None, "iqr_ms": _r(s.iqr_ms, 6) if s else None,

@@ -19,7 +19,7 @@ from typing import Any
 
 from emitter.errors import EmitterError, ManifestError
 from emitter.families.base import entry_family
-from emitter.profile.config import Problem, ProfileConfig, resolve_manifest
+from emitter.profile.config import Problem, ProfileConfig, problem_from_json, resolve_manifest
 from emitter.profile.records import FAULT, Measurement, Op, op_of
 from emitter.profile.worker import EXIT_FAULT
 
@@ -178,7 +178,7 @@ class _Shard:
 
     def note(self, m: dict[str, Any]) -> None:
         """A logged measurement: not measured again; an ok one's median is the best so far to prune against."""
-        pkey = Problem.from_dict(m["problem"]).key
+        pkey = problem_from_json(m["problem"]).key
         med = (m.get("stats") or {}).get("median_ms")
         if m["kind"] == "kernel":
             self.skip_kernel(m["name"], pkey, int(m.get("options") or 0))
@@ -279,7 +279,7 @@ def run(config: ProfileConfig, the_plan: Plan, out_dir: Path, gpus: list[int], b
                     continue
                 if culprit is None:     # the worker recorded its own fault before exiting
                     last = next(r["measurement"] for r in reversed(records) if r.get("type") == "result")
-                    culprit = (last["kind"], last["name"], Problem.from_dict(last["problem"]).key, last["op"]["key"],
+                    culprit = (last["kind"], last["name"], problem_from_json(last["problem"]).key, last["op"]["key"],
                                int(last.get("options") or 0))
                 kind, name, pkey, okey, copts = culprit
                 reason = ("the worker process died (exit code %s) while measuring it: a CUDA fault or a crash" % code
@@ -386,7 +386,7 @@ def _unfinished(records: list[dict[str, Any]]) -> tuple[str, str, str, str, int]
             last = r
         elif r.get("type") == "result" and last is not None:
             m = r["measurement"]
-            if m["name"] == last["name"] and Problem.from_dict(m["problem"]).key == last["problem"]:
+            if m["name"] == last["name"] and problem_from_json(m["problem"]).key == last["problem"]:
                 last = None
     if last is None:
         return None
@@ -405,7 +405,7 @@ def _has_result(records: list[dict[str, Any]], kind: str, name: str, pkey: str, 
         if r.get("type") == "result":
             m = r["measurement"]
             if m["kind"] == kind and m["name"] == name and m["op"]["key"] == okey and \
-                    Problem.from_dict(m["problem"]).key == pkey:
+                    problem_from_json(m["problem"]).key == pkey:
                 return True
     return False
 

@@ -25,6 +25,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from emitter.profile.config import problem_ident
 from emitter.profile.records import Measurement
 from emitter.profile.stats import TimingStats
 
@@ -89,8 +90,7 @@ def choose(candidates: Iterable[Measurement], tie_tolerance: float = 0.01) -> Ch
 
 
 def group_key(m: Measurement) -> tuple[str, tuple[int, int, int, int]]:
-    p = m.problem
-    return (m.op.key, (p.m, p.n, p.k, p.batch))
+    return (m.op.key, problem_ident(m.problem))
 
 
 def choose_all(measurements: Iterable[Measurement], tie_tolerance: float = 0.01) -> dict[tuple, Choice]:
@@ -108,8 +108,7 @@ def choose_all(measurements: Iterable[Measurement], tie_tolerance: float = 0.01)
 
 
 def measurement_key(m: Measurement) -> tuple:
-    p = m.problem
-    return (m.kind, m.label, m.op.key, (p.m, p.n, p.k, p.batch))
+    return (m.kind, m.label, m.op.key, problem_ident(m.problem))
 
 
 def tuning_table(choices: dict[tuple, Choice], figures: dict[tuple, dict[str, Any]], env: dict[str, Any],

@@ -26,7 +26,7 @@ from typing import Any, Callable, TextIO
 
 import numpy as np
 
-from emitter.profile.config import Problem, ProfileConfig
+from emitter.profile.config import Problem, ProfileConfig, problem_from_json
 from emitter.profile.records import (
     CHECK_FAILED, FAILED, FAULT, NOT_APPLICABLE, OK, PRUNED, UNAVAILABLE, Measurement, Op, op_of,
 )
@@ -280,7 +280,7 @@ class FakeEngine:
         from emitter.profile.records import min_bytes
 
         p: Problem = data["problem"]
-        t_ms = p.flops / (rate_tflops * 1e12) * 1e3 + min_bytes(data["op"], p, self.config.beta) / (
+        t_ms = p.flops / (rate_tflops * 1e12) * 1e3 + (min_bytes(data["op"], p, self.config.beta) or 0) / (
             self.model["hbm_tbs"] * 1e12) * 1e3 + self.model["launch_us"] * 1e-3
         rng = np.random.default_rng(int(_unit(*seed) * 2 ** 63))
         it = self.config.timing.iterations or 50
@@ -349,6 +349,17 @@ class FakeEngine:
 
 
 # ------------------------------------------------------------------------------------------ the job
+def _placeholder(op: Any, job: dict[str, Any]) -> Any:
+    """The problem a record of a kernel that could not load names: GEMM's 1x1x1, else the job's first problem
+    of the op's family."""
+    family = getattr(op, "FAMILY", "gemm")
+    if family != "gemm":
+        for pd in job.get("problems", []):
+            if pd.get("family", "gemm") == family:
+                return problem_from_json(pd)
+    return Problem(1, 1, 1)
+
+
 def _top(ranked: dict[str, tuple[float, int]], k: int) -> list[str]:
     """The k fastest kernels of `ranked` (name -> (median, split)); equal medians in name order."""
     return sorted(ranked, key=lambda n: (ranked[n][0], n))[:k]
@@ -431,7 +442,7 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
                 why = _short(e)
                 if fatal:
                     log.write({"type": "result", "measurement": Measurement(
-                        "kernel", entry["name"], "emitter", op, Problem(1, 1, 1), FAULT, why, gpu,
+                        "kernel", entry["name"], "emitter", op, _placeholder(op, job), FAULT, why, gpu,
                         inst.get("manifest")).to_json()})
                     return EXIT_FAULT
         kernels[entry["name"]] = (kernel, op, inst.get("manifest"), why)
@@ -476,8 +487,10 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
     # variants on the `top` fastest of each (op, problem)
     top = config.scheduler_top if len(config.scheduler) > 1 else 0
     for pd in job["problems"]:
-        problem = Problem.from_dict(pd)
+        problem = problem_from_json(pd)
         for op_key, (op, names) in ops.items():
+            if getattr(op, "FAMILY", "gemm") != getattr(problem, "FAMILY", "gemm"):
+                continue          # a problem of another family: not this op's
             todo = [n for n in names if (n, problem.key) not in skip]
             ranked: dict[str, tuple[float, int]] = {}     # kernel -> (best median, its split) at options 0
             for k_name, k_split, k_med in known.get((op_key, problem.key), []):

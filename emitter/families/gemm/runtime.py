@@ -133,6 +133,36 @@ def profile_check(data: Any, cfg: Any, use_torch: bool, **run_options: Any) -> d
     return check(data, cfg, use_torch, int(run_options.get("split_k", 1)))
 
 
+def profile_problem(p: GemmProblem) -> Any:
+    """The profile's problem for a parsed GEMM problem (sizes only: alpha and beta are the profile config's,
+    leading dimensions and split-K the kernels'), or why it cannot be one."""
+    from emitter.profile.config import Problem
+
+    plain = GemmProblem(p.m, p.n, p.k, batch=p.batch)
+    if p != plain:
+        return ("profile problems are sizes only (m, n, k, batch): alpha and beta come from the profile config, "
+                "leading dimensions and split-K from the kernels")
+    return Problem(p.m, p.n, p.k, p.batch)
+
+
+def profile_problem_from_dict(d: Mapping[str, Any]) -> Any:
+    from emitter.profile.config import Problem
+
+    return Problem.from_dict(dict(d))
+
+
+def profile_op_from_json(d: Mapping[str, Any]) -> Any:
+    from emitter.profile.records import Op
+
+    return Op.from_json(dict(d))
+
+
+def profile_min_bytes(op: Any, problem: Any, beta: float) -> int:
+    from emitter.profile.records import min_bytes
+
+    return min_bytes(op, problem, beta)
+
+
 def profile_variants(cfg: GemmConfig, problem: Any, options: list[int]) -> list[int]:
     """The scheduler option sets (profile config `scheduler`) the instance takes, distinct launches only."""
     from emitter.runtime.options import distinct, unsupported
