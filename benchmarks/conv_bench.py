@@ -186,9 +186,12 @@ def bench_case(torch, timer: Timer, layer, op: str, dt: str, kernels: list, n: i
             k.launch(packed, ln, torch.cuda.current_stream().cuda_stream)
         fns[k.name] = launch
         launches[k.name] = (ksets, out_name)
-    if len(fns) == 1:
+    if len(fns) == 1:        # cuDNN's figure still goes into the table
+        t_cudnn = timer.time(fns)["cudnn"]
         return {"layer": label, "op": op, "dtype": dt, "kernel": None, "reason": "no kernel can run this layer",
-                "cudnn_tflops": None, "tflops": None, "ratio": None}
+                "cudnn_ms": t_cudnn, "cudnn_tflops": flops / (t_cudnn * 1e-3) / 1e12, "tflops": None, "ratio": None,
+                "problem": {"n": p.n, "h": p.h, "w": p.w, "c": p.c, "k": p.k, "r": p.r, "s": p.s, "stride": st,
+                            "pad": pad}}
     times = timer.time(fns)
     best = min((n_ for n_ in fns if n_ != "cudnn"), key=lambda n_: times[n_])
     # cross-check the best kernel against cuDNN on set 0
@@ -310,7 +313,8 @@ def main() -> int:
                     log(f"{layer[0]:20s} {op} {dt:4s} {row['tflops']:6.0f} TFLOP/s  cuDNN {row['cudnn_tflops']:6.0f}  "
                         f"{row['ratio']:.2f}x  {row['check']}  {short(row['kernel'])}")
                 else:
-                    log(f"{layer[0]:20s} {op} {dt:4s} -- {row.get('reason')}")
+                    cu = row.get("cudnn_tflops")
+                    log(f"{layer[0]:20s} {op} {dt:4s} -- {row.get('reason')}" + (f" (cuDNN {cu:.0f} TFLOP/s)" if cu else ""))
                 torch.cuda.empty_cache()
     text, means = table(rows, gpu)
     wall = time.perf_counter() - t_start
