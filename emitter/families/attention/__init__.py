@@ -66,4 +66,6 @@ def include_dirs(arch) -> list:
     return list(hook(a)) if hook is not None else []
 
 
+from emitter.families.attention.library import library_pieces  # noqa: E402,F401  (emitter library plug)
+
 __all__ = ["arch_module", "include_dirs", "template_dir", "expand_entry", "resolve", "instance_name", "render_instance"]

@@ -1,0 +1,232 @@
+"""The attention family's library pieces (`emitter library`, issue 27 must-have 6): what an exported library
+gains from attention instances, through the plug of emitter/library/pieces.py (docs/architecture.md "Library
+pieces a family provides"; docs/library.md "Attention").
+
+    C API      <lib>_attention(const <lib>_attention_problem*, void* workspace, size_t workspace_bytes, stream),
+               <lib>_attention_problem_init / _can_implement / _workspace_size / _select,
+               <lib>_attention_kernel_count / _kernel_name
+    files      src/attention/<name>.cu          the emitted instance, byte for byte
+               src/attention/<name>.shim.cu     its host shim (compiled without EMITTER_DEVICE), renamed
+               src/attention/<name>.launch.cu   its kernel (EMITTER_DEVICE, renamed) + a <<<>>> launcher that
+                                                passes the shim's Params by value
+               src/emitter_attention_abi.h      templates/attention/common/attention_abi.h
+               src/curand_kernel.h              emitter's empty stand-in (sm80 instances only; see that file)
+    python     attention(q, k, v, *, causal, causal_align, scale, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+               max_seqlen_k, out, check_cu_seqlens), torch.ops.<lib>.attention / attention_out
+
+Dispatch (no tuning table holds attention entries yet: `emitter profile` records GEMM shapes only): the
+candidates are the kernels whose compiled operation matches the problem (dtype, head dims, mask, varlen;
+GQA when heads_kv != heads_q; LSE when an LSE pointer is given; key-tail masking when seq_k is not a tile_kv
+multiple) and that run on the device; they are tried in the order of `order_key` (mirrored in C by the api
+piece): arch-specific kernels of the device first (sm90a on cc 9.0), then fewer unused features (an LSE
+kernel for a problem without LSE, a GQA kernel for equal heads), then tile area (larger first when
+seq_q >= LONG_SEQ, smaller first below), then name. The first whose host shim accepts runs.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from emitter.families.attention.model import Arch, AttentionInstance, Mask
+
+MASKS = {Mask.none: 0, Mask.causal_top_left: 1, Mask.causal_bottom_right: 2}
+LONG_SEQ = 512          # seq_q at and above which larger tiles come first
+_NAME_RE = re.compile(r"^[a-z0-9_]+$")
+C_FUNCTIONS = (
+    ("attention_problem_init", "None", ("ctypes.c_void_p",)),
+    ("attention_can_implement", "ctypes.c_int", ("ctypes.c_char_p",)),
+    ("attention_workspace_size", "ctypes.c_int", ("ctypes.c_char_p", "ctypes.POINTER(ctypes.c_size_t)")),
+    ("attention_select", "ctypes.c_int", ("ctypes.c_char_p", "ctypes.c_void_p")),
+    ("attention", "ctypes.c_int", ("ctypes.c_char_p", "ctypes.c_void_p", "ctypes.c_size_t", "ctypes.c_void_p")),
+    ("attention_kernel_count", "ctypes.c_int", ()),
+    ("attention_kernel_name", "ctypes.c_char_p", ("ctypes.c_int",)),
+)
+
+# The problem struct, field by field (C type, ctypes type); the header, the api's static_asserts and the
+# loader's packer are rendered from this one list.
+PROBLEM_FIELDS = (
+    ("struct_size", "uint32_t", "c_uint32"),
+    ("flags", "uint32_t", "c_uint32"),
+    ("dtype", "int32_t", "c_int32"),
+    ("mask", "int32_t", "c_int32"),
+    ("batch", "int32_t", "c_int32"),
+    ("heads_q", "int32_t", "c_int32"),
+    ("heads_kv", "int32_t", "c_int32"),
+    ("seq_q", "int32_t", "c_int32"),
+    ("seq_k", "int32_t", "c_int32"),
+    ("head_dim", "int32_t", "c_int32"),
+    ("head_dim_v", "int32_t", "c_int32"),
+    ("total_q", "int32_t", "c_int32"),
+    ("total_k", "int32_t", "c_int32"),
+    ("scale", "float", "c_float"),
+) + tuple((f"{t}_stride_{d}", "int64_t", "c_int64") for t in "qkvo" for d in ("batch", "seq", "head")) + (
+    ("lse_stride_batch", "int64_t", "c_int64"),
+    ("lse_stride_head", "int64_t", "c_int64"),
+    ("q", "const void*", "c_void_p"),
+    ("k", "const void*", "c_void_p"),
+    ("v", "const void*", "c_void_p"),
+    ("o", "void*", "c_void_p"),
+    ("lse", "float*", "c_void_p"),
+    ("cu_seqlens_q", "const int32_t*", "c_void_p"),
+    ("cu_seqlens_k", "const int32_t*", "c_void_p"),
+    ("kernel", "const char*", "c_char_p"),
+)
+SELECTION_FIELDS = (
+    ("struct_size", "uint32_t", "c_uint32"),
+    ("kernel", "int32_t", "c_int32"),
+    ("tried", "int32_t", "c_int32"),
+    ("forced", "int32_t", "c_int32"),
+    ("workspace_bytes", "int64_t", "c_int64"),
+    ("name", "const char*", "c_char_p"),
+)
+
+
+def _ctypes_struct(fields) -> type:
+    import ctypes
+    return type("S", (ctypes.Structure,), {"_fields_": [(f, getattr(ctypes, t)) for f, _, t in fields]})
+
+
+def abi_sizes() -> dict[str, int]:
+    """sizeof / offsets of the C structs as ctypes lays them out (the api piece static_asserts them)."""
+    import ctypes
+    P, S = _ctypes_struct(PROBLEM_FIELDS), _ctypes_struct(SELECTION_FIELDS)
+    return {"problem_size": ctypes.sizeof(P), "problem_q_offset": P.q.offset, "selection_size": ctypes.sizeof(S)}
+
+
+@dataclass(frozen=True)
+class AttentionKernel:
+    index: int
+    name: str
+    inst: AttentionInstance
+    dtype_code: int
+
+    @property
+    def arch(self) -> str:
+        return self.inst.arch.yaml
+
+    @property
+    def cc(self) -> int:
+        return self.inst.arch.cc
+
+    @property
+    def arch_specific(self) -> bool:
+        return self.inst.arch is Arch.sm90a
+
+    @property
+    def mask_code(self) -> int:
+        return MASKS[self.inst.mask]
+
+    def runs_on(self, cc: int) -> bool:
+        return cc == self.cc if self.arch_specific else cc >= self.cc
+
+
+def order_key(k: AttentionKernel, cc: int, seq_q: int, lse: bool, gqa: bool) -> tuple:
+    """The static dispatch priority among candidates (lower first); templates/attention/library/api.cpp.j2
+    computes the same key."""
+    unused = int(k.inst.lse and not lse) + int(k.inst.gqa and not gqa)
+    area = k.inst.tile_q * k.inst.tile_kv
+    return (0 if (k.arch_specific and k.cc == cc) else 1, -k.cc, unused, -area if seq_q >= LONG_SEQ else area,
+            k.index)
+
+
+def candidates(kernels: Sequence[AttentionKernel], *, cc: int, dtype: int, head_dim: int, head_dim_v: int, mask: int,
+               varlen: bool, heads_q: int, heads_kv: int, seq_q: int, seq_k: int, lse: bool) -> list[AttentionKernel]:
+    """The kernels that compute this problem's operation on a device of `cc`, in dispatch order (the host
+    shims' can_implement decides among them at run time)."""
+    out = []
+    for k in kernels:
+        i = k.inst
+        if not k.runs_on(cc) or k.dtype_code != dtype or i.head_dim != head_dim or i.head_dim_v != head_dim_v:
+            continue
+        if k.mask_code != mask or i.varlen != varlen or (heads_kv != heads_q and not i.gqa) or (lse and not i.lse):
+            continue
+        if not varlen and not i.key_tail and seq_k % i.tile_kv:
+            continue
+        out.append(k)
+    return sorted(out, key=lambda k: order_key(k, cc, seq_q, lse, heads_kv != heads_q))
+
+
+def kernel_records(entries: Sequence[dict[str, Any]], dtype_codes: dict[str, int], error: type[Exception]
+                   ) -> list[AttentionKernel]:
+    out = []
+    for e in sorted(entries, key=lambda e: e["name"]):
+        name = e["name"]
+        if not _NAME_RE.match(name):
+            raise error(f"attention instance name {name!r} is not [a-z0-9_]+ (was the manifest edited?)")
+        try:
+            inst = AttentionInstance.from_config(e["config"])
+        except (KeyError, ValueError, TypeError) as ex:
+            raise error(f"attention instance {name}: its manifest config is not a resolved attention instance "
+                        f"({type(ex).__name__}: {ex}); run `emitter emit` again") from None
+        code = dtype_codes.get(inst.dtype.yaml)
+        if code is None:
+            raise error(f"attention instance {name}: dtype {inst.dtype} has no library dtype code")
+        out.append(AttentionKernel(len(out), name, inst, code))
+    return out
+
+
+def _read_source(root: Path, rel: str, name: str, error: type[Exception]) -> str:
+    from emitter.fsutil import PathEscape, resolve_inside
+
+    try:
+        return resolve_inside(root, rel, f"source of {name}").read_text(encoding="utf-8")
+    except PathEscape as ex:
+        raise error(str(ex)) from None
+    except FileNotFoundError:
+        raise error(f"{Path(root) / rel}: missing (listed in {Path(root) / 'manifest.json'}); run `emitter emit` "
+                    f"again") from None
+
+
+def library_pieces(entries: Sequence[dict[str, Any]], roots: dict[str, Path], ctx: dict[str, Any]):
+    from emitter.library.export import LibraryError
+    from emitter.library.pieces import LibraryPieces
+    from emitter.render import environment, templates_root
+
+    dtype_codes = dict(ctx["dtype_codes"])
+    kernels = kernel_records(entries, dtype_codes, LibraryError)
+    by_name = {e["name"]: e for e in entries}
+    env = environment()
+    actx = dict(ctx, akernels=kernels, problem_fields=PROBLEM_FIELDS, selection_fields=SELECTION_FIELDS,
+                long_seq=LONG_SEQ, **abi_sizes(), dtype_of={v: k for k, v in dtype_codes.items()})
+
+    def render(template: str, **more: Any) -> str:
+        return env.get_template(f"attention/library/{template}").render(**actx, **more)
+
+    files: dict[str, str] = {
+        "src/emitter_attention_abi.h": (templates_root() / "attention" / "common" / "attention_abi.h").read_text(
+            encoding="utf-8"),
+    }
+    sources: list[tuple[str, str]] = []
+    for k in kernels:
+        e = by_name[k.name]
+        files[f"src/attention/{k.name}.cu"] = _read_source(roots[k.name], e["source"], k.name, LibraryError)
+        files[f"src/attention/{k.name}.shim.cu"] = render("shim.cu.j2", k=k)
+        files[f"src/attention/{k.name}.launch.cu"] = render("launch.cu.j2", k=k)
+        sources += [(f"src/attention/{k.name}.shim.cu", k.arch), (f"src/attention/{k.name}.launch.cu", k.arch)]
+    if any(k.inst.arch is Arch.sm80 for k in kernels):
+        from emitter.families.attention import include_dirs
+
+        for d in include_dirs(Arch.sm80):
+            stub = Path(d) / "curand_kernel.h"
+            if stub.is_file():
+                files["src/curand_kernel.h"] = stub.read_text(encoding="utf-8")
+    return LibraryPieces(
+        family="attention",
+        header=(render("header.h.j2"),),
+        api=(render("api.cpp.j2"),),
+        python=(render("loader.py.j2"),),
+        c_functions=C_FUNCTIONS,
+        python_names=("attention", "attention_select", "attention_kernels", "register_attention_ops", "AttentionProblem"),
+        files=files,
+        sources=tuple(sources),
+        context={"kernels": [{"index": k.index, "name": k.name, "arch": k.arch, "config": k.inst.config()}
+                             for k in kernels]},
+        kernels=len(kernels),
+    )
+
+
+__all__ = ["library_pieces", "candidates", "order_key", "kernel_records", "AttentionKernel", "PROBLEM_FIELDS",
+           "SELECTION_FIELDS", "MASKS", "LONG_SEQ"]
