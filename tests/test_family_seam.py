@@ -290,3 +290,253 @@ def test_profile_takes_a_manifest_directory_and_the_shared_problem_flags(tmp_pat
                               "--problem", "m=256,n=256,k=256,beta=0.5", "-o", str(tmp_path / "r2")],
                              capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert refused.returncode == 2 and "sizes only" in refused.stderr and "Traceback" not in refused.stderr
+
+
+# ---------------------------------------------------------------------------------------------- a new family
+TOY_RUNTIME = '''
+"""A toy family for the seam tests: y = scale * x on vectors (verify + the fake profile engine)."""
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from emitter.errors import SpecError
+from emitter.families.base import Footprint, Inputs
+
+NAME = "toy"
+DATA_KINDS = ("normal",)
+PROBLEM_KEYS = ("length",)
+FAKE_FAULTS = ("toy_wrong",)
+BASELINES = ("copy",)
+
+
+@dataclass(frozen=True)
+class ToyConfig:
+    FAMILY: ClassVar[str] = "toy"
+    name: str
+    arch: str
+    scale: float
+
+
+@dataclass(frozen=True, order=True)
+class ToyProblem:
+    FAMILY: ClassVar[str] = "toy"
+    length: int
+
+    @property
+    def key(self):
+        return f"len{self.length}"
+
+    @property
+    def flops(self):
+        return self.length
+
+    def as_dict(self):
+        return {"family": "toy", "length": self.length}
+
+
+@dataclass(frozen=True)
+class ToyOp:
+    FAMILY: ClassVar[str] = "toy"
+    scale: float
+
+    @property
+    def key(self):
+        return f"toy_scale{self.scale:g}"
+
+    def to_json(self):
+        return {"family": "toy", "scale": self.scale, "key": self.key}
+
+
+def config_from_entry(entry, root=None):
+    return ToyConfig(entry["name"], entry["arch"], float(entry["config"]["scale"]))
+
+
+def problem_from_dict(d):
+    return ToyProblem(int(d["length"]))
+
+
+def problem_to_dict(p):
+    return {"length": p.length}
+
+
+def problem_label(p, data):
+    return f"len{p.length}_{data}" if data else f"len{p.length}"
+
+
+def parse_problem(text, where="<command line>"):
+    if not text.startswith("len="):
+        raise SpecError("a toy problem is len=N", file=where, key_path="--problem", value=text)
+    return [{"length": int(text[4:])}]
+
+
+def problem_from_mapping(item, where, line, key_path):
+    if set(item) != {"length"}:
+        raise SpecError("a toy problem has exactly `length`", file=where, line=line, key_path=key_path,
+                        value=dict(item))
+    return ToyProblem(int(item["length"]))
+
+
+def default_problems(cfg, quick=False):
+    return [(ToyProblem(100), "normal"), (ToyProblem(7), "normal")]
+
+
+def not_supported_reasons(cfg, p):
+    return ["length 0 is empty"] if p.length == 0 else []
+
+
+def resolve_problem(cfg, p):
+    return p
+
+
+def with_options(cfg, p, options):
+    return p if not options else "toy kernels have no run-time options"
+
+
+def footprint(cfg, p):
+    return Footprint(device=16 * p.length, host=40 * p.length)
+
+
+def flops(cfg, p):
+    return p.length
+
+
+def make_inputs(cfg, p, data, seed):
+    x = np.random.default_rng(seed).standard_normal(p.length)
+    return Inputs(buffers={"x": x, "y": np.full(p.length, np.nan)}, outputs=("y",), values={"x": x})
+
+
+def reference(cfg, p, inputs, device=None):
+    return cfg.scale * inputs.values["x"]
+
+
+def compare(cfg, p, inputs, outputs, ref):
+    y = outputs["y"]
+    bad = ~np.isfinite(y) | (np.abs(y - ref) > 1e-12)
+    n = int(bad.sum())
+    return {"status": "FAILED" if n else "PASSED", "reason": f"{n} elements wrong" if n else "",
+            "check": "tolerance", "rel_err": float(np.abs(y - ref).max()) if not n else None, "tol": 1e-12,
+            "mismatches": n}
+
+
+def c_problem(cfg, p, pointers):
+    raise NotImplementedError("the toy family has no shim")
+
+
+def fake_run(cfg, p, buffers, faults):
+    y = buffers["x"] * cfg.scale
+    if "toy_wrong" in faults:
+        y[0] += 1.0
+    return {"y": y}
+
+
+def profile_op(cfg):
+    return ToyOp(cfg.scale)
+
+
+def profile_op_from_json(d):
+    return ToyOp(float(d["scale"]))
+
+
+def profile_problem(p):
+    return p
+
+
+def profile_problem_from_dict(d):
+    return ToyProblem(int(d["length"]))
+
+
+def profile_fake_problem(cfg, problem, settings, limit=64, **run_options):
+    return ToyProblem(min(problem.length, limit * limit))
+
+
+def _gpu_only(*a, **k):
+    raise NotImplementedError("GPU profiling of the toy family")
+
+
+profile_set_bytes = profile_allocate = kernel_launch = baseline = profile_check = profile_poison = _gpu_only
+'''
+
+
+@pytest.fixture
+def toy_family(tmp_path, monkeypatch):
+    """A family registered for this test only: emitter/families/registry.FAMILIES["toy"] -> a tmp package."""
+    from emitter.families import registry
+
+    pkg = tmp_path / "toyfam"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text('"""toy family (tests)"""\n')
+    (pkg / "runtime.py").write_text(TOY_RUNTIME)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(registry.FAMILIES, "toy", "toyfam")
+    yield "toy"
+    for mod in [m for m in sys.modules if m == "toyfam" or m.startswith("toyfam.")]:
+        del sys.modules[mod]
+
+
+def toy_entry(name, scale=2.0):
+    return {"name": name, "family": "toy", "arch": "sm80", "source": f"{name}.cu", "spec": "t.yaml",
+            "spec_hash": "0" * 64, "config": {"scale": scale}}
+
+
+def test_a_new_family_is_verified_through_its_hooks_alone(tmp_path, toy_family):
+    """Only the toy family's runtime module and one registry line: verify runs its default problems and user
+    problems beside GEMM's, its planted fault fails by its own check, and the problem strings go to the family
+    that parses them."""
+    from emitter.verify.problems import problems_from_strings
+
+    entries = [entry("g"), toy_entry("t1"), toy_entry("t2", 0.5)]
+    run = run_fake(tmp_path / "a", entries, problems=None)
+    by = {(r["instance"], r["problem"]): r["status"] for r in run.results}
+    assert by[("t1", "len100_normal")] == by[("t2", "len7_normal")] == "PASSED"
+    assert all(s == "PASSED" for s in by.values()), by
+    user = problems_from_strings(["len=33", "72x40x24"], families=["gemm", "toy"])
+    assert sorted(p.family for p in user) == ["gemm", "gemm", "toy"]        # GEMM's `both`: int and normal
+    run = verify(manifest(tmp_path / "b", entries), entries, user,
+                 VerifyOptions(backend="fake", isolation=False, seed=1,
+                               backend_options={"faults": [{"kind": "toy_wrong", "select": "t2"}]}))
+    got = {(r["instance"], r["problem"]): (r["status"], r["reason"]) for r in run.results}
+    assert got[("t1", "len33_normal")][0] == "PASSED"
+    assert got[("t2", "len33_normal")] == ("FAILED", "1 elements wrong")
+    assert {k[1] for k in got if k[0] == "g"} == {"72x40x24_alpha1_beta0_int", "72x40x24_alpha1_beta0_normal"}
+
+
+def test_a_new_family_is_profiled_beside_gemm_through_its_hooks_alone(tmp_path, toy_family):
+    """The fake profile engine over a manifest of GEMM and toy instances and problems of both families: each op
+    meets only its family's problems, baselines are the family's, and the records round-trip through JSON
+    (problem_from_json / op_from_json) into the report and the tuning table."""
+    from emitter.profile import report as rep
+    from emitter.profile.config import Problem, ProfileConfig, problems_from_text
+    from emitter.profile.records import Measurement
+    from emitter.profile.runner import plan
+    from emitter.profile.worker import run_job
+
+    root = manifest(tmp_path / "m", [entry("g"), toy_entry("t1"), toy_entry("t2", 0.5)])
+    probs = (Problem(128, 64, 32), *problems_from_text(["len=5000"]))
+    assert [type(p).FAMILY for p in probs] == ["gemm", "toy"]
+    cfg = ProfileConfig(file="p.yaml", manifests=(str(root),), problems=probs, baselines=("cublas", "copy"))
+    pl = plan(cfg)
+    assert {i["entry"]["name"] for i in pl.instances} == {"g", "t1", "t2"} and not pl.skipped
+    out = tmp_path / "shard.jsonl"
+    job = {"config": cfg.to_json(), "instances": pl.instances, "backend": "fake", "gpu": 0, "out": str(out),
+           "problems": [p.as_dict() for p in probs]}
+    assert run_job(job) == 0
+    ms = [Measurement.from_json(json.loads(line)["measurement"]) for line in out.read_text().splitlines()
+          if json.loads(line)["type"] == "result"]
+    pairs = {(m.kind, m.name, m.problem.key) for m in ms}
+    assert pairs >= {("kernel", "g", "128x64x32"), ("kernel", "t1", "len5000"), ("kernel", "t2", "len5000")}
+    assert not any(m.name in ("t1", "t2") and m.problem.key == "128x64x32" for m in ms)
+    assert not any(m.name == "g" and m.problem.key == "len5000" for m in ms)
+    assert {(m.name, m.op.key) for m in ms if m.kind == "baseline"} == {("copy", "toy_scale0.5"), ("copy", "toy_scale2"),
+                                                                       ("cublas", "f16f16_f16f16_accf32_tnt")}
+    assert all(m.ok for m in ms), [(m.name, m.status, m.reason) for m in ms if not m.ok]
+    report = rep.build(ms, {0: {"name": "fake GPU (numpy backend)", "sm_count": 132}}, cfg)
+    rows = rep.rows(report)
+    toy_rows = [r for r in rows if r["op"].startswith("toy")]
+    assert toy_rows and all(r["m"] is None and r["a"] is None and r["tflops"] is not None for r in toy_rows)
+    table = json.loads(json.dumps(rep.to_json(report)))
+    again = [Measurement.from_json(d) for d in table["measurements"]]
+    from collections import Counter
+
+    assert Counter((m.op, m.problem) for m in again) == Counter((m.op, m.problem) for m in report.measurements)
+    assert any(type(m.op).__name__ == "ToyOp" for m in again)

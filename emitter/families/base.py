@@ -160,7 +160,9 @@ class RuntimeFamily(Protocol):
 
     ---- profile ---------------------------------------------------------------------------------------
     profile_op(config) -> op
-        what kernels are compared under apart from the size (frozen; `.key` str); GEMM: emitter.profile's Op
+        what kernels are compared under apart from the size: frozen, hashable, with FAMILY, `.key` (str),
+        `.to_json()` (with "family" unless gemm) and optionally `.a` (the input dtype, for % of peak) and
+        `.layout`, `.b`, `.c`, `.d` (report columns); GEMM: emitter.profile.records.Op
     profile_set_bytes(op, problem, settings) -> int    device bytes of one rotated operand set
     profile_allocate(op, problem, settings, sets: int) -> data
         device-resident operand sets (random, seeded by op and problem); `.sets`, `.working_set_bytes`,

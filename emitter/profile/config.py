@@ -446,6 +446,23 @@ def _timing(doc: Document, path: KeyPath, v: Any) -> Timing:
     return Timing(**kw)
 
 
+def known_baselines() -> tuple[str, ...]:
+    """GEMM's baselines, then every other family's whose run-time hooks import (each op is timed against the
+    config's baselines its own family has)."""
+    from emitter.families.base import runtime_family
+    from emitter.families.registry import FAMILIES
+
+    out = list(BASELINES)
+    for fam in FAMILIES:
+        if fam == "gemm":
+            continue
+        try:
+            out += [b for b in getattr(runtime_family(fam, need=()), "BASELINES", ()) if b not in out]
+        except Exception:  # noqa: BLE001 - a family in progress: its baselines are not offered
+            continue
+    return tuple(out)
+
+
 def _baselines(doc: Document, path: KeyPath, v: Any) -> tuple[str, ...]:
     if v is None or v is False or v == "none":
         return ()
@@ -453,10 +470,11 @@ def _baselines(doc: Document, path: KeyPath, v: Any) -> tuple[str, ...]:
     if not isinstance(items, list):
         raise doc.error(path, "baselines must be a list of names", value=v, allowed=BASELINES)
     out = []
+    known = known_baselines()
     for i, b in enumerate(items):
         name = BASELINE_ALIASES.get(str(b).strip().lower(), str(b).strip().lower()) if isinstance(b, str) else None
-        if name not in BASELINES:
-            raise doc.error(path + (i,), f"unknown baseline {b!r}", value=b, allowed=BASELINES,
+        if name not in known:
+            raise doc.error(path + (i,), f"unknown baseline {b!r}", value=b, allowed=known,
                             fix="cublas: torch.matmul (fp8: torch._scaled_mm, cuBLASLt) in the same process")
         if name not in out:
             out.append(name)

@@ -75,7 +75,7 @@ def build(measurements: list[Measurement], envs: dict[int, dict[str, Any]], conf
             f["tflops"] = m.problem.flops / t / 1e12
             nbytes = min_bytes(m.op, m.problem, config.beta)
             f["gbs"] = nbytes / t / 1e9 if nbytes is not None else None
-            peak = peaks["tflops"].get(m.op.a)
+            peak = peaks["tflops"].get(getattr(m.op, "a", None))
             f["pct_peak"] = 100 * f["tflops"] / peak if peak else None
             f["pct_peak_bw"] = 100 * f["gbs"] / (peaks["hbm_tbs"] * 1e3) if peaks["hbm_tbs"] else None
             if b is not None and b.stats is not None:
@@ -98,7 +98,8 @@ def rows(report: Report) -> list[dict[str, Any]]:
         ch = report.choices.get(group_key(m))
         s = m.stats
         out.append({
-            "gpu": m.gpu, "op": m.op.key, "layout": m.op.layout, "a": m.op.a, "b": m.op.b, "c": m.op.c, "d": m.op.d,
+            "gpu": m.gpu, "op": m.op.key, "layout": getattr(m.op, "layout", None), "a": getattr(m.op, "a", None),
+            "b": getattr(m.op, "b", None), "c": getattr(m.op, "c", None), "d": getattr(m.op, "d", None),
             "m": getattr(m.problem, "m", None), "n": getattr(m.problem, "n", None),
             "k": getattr(m.problem, "k", None), "batch": getattr(m.problem, "batch", None),
             "kind": m.kind, "name": m.name, "split_k": m.split_k, "options": m.options, "scheduler": m.options_label,
@@ -320,7 +321,7 @@ def write_plots(report: Report, plot_dir: Path) -> list[str] | str:
                 ax.plot(xs, ys, "k--", marker="s", linewidth=2, label=f"{name} (baseline)")
             else:
                 ax.plot(xs, ys, marker="o", linewidth=1, markersize=3, label=_short_name(name))
-        peak = peaks_for(env.get("name", ""), env, report.config.peaks)["tflops"].get(ms[0].op.a)
+        peak = peaks_for(env.get("name", ""), env, report.config.peaks)["tflops"].get(getattr(ms[0].op, "a", None))
         if peak:
             ax.axhline(peak, color="grey", linewidth=0.8, linestyle=":")
             ax.text(0, peak, f" peak {peak:.0f}", va="bottom", fontsize=7, color="grey")

@@ -349,6 +349,12 @@ class FakeEngine:
 
 
 # ------------------------------------------------------------------------------------------ the job
+def _baselines_of(op: Any, names: Any) -> list[str]:
+    """The config's baselines this op's family has (RuntimeFamily.BASELINES): GEMM's cublas, attention's own."""
+    have = tuple(getattr(_hooks(op), "BASELINES", ()))
+    return [b for b in names if b in have]
+
+
 def _placeholder(op: Any, job: dict[str, Any]) -> Any:
     """The problem a record of a kernel that could not load names: GEMM's 1x1x1, else the job's first problem
     of the op's family."""
@@ -514,7 +520,7 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
             best_ms: float | None = best_known.get((op_key, problem.key))   # for timing.prune
             try:
                 if ("baseline", op_key, problem.key) not in {tuple(s) for s in job.get("skip_baselines", [])}:
-                    for bname in config.baselines:
+                    for bname in _baselines_of(op, config.baselines):
                         log.write({"type": "start", "kind": "baseline", "name": bname, "problem": problem.key, "op": op_key})
                         try:
                             bm = engine.baseline(data, bname)
