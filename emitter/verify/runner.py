@@ -254,8 +254,8 @@ def verify(root: str | Path, entries: Sequence[Mapping[str, Any]], user_problems
                     raise ProblemTooLarge(f"problem {vp.label} (instance {name}) {too_big}")
             if not any(vp.family == hooks.NAME for vp in user_problems):
                 known = ", ".join(sorted({vp.family for vp in user_problems}))
-                plans.append((entry, ("SKIPPED", f"no user problem is a {hooks.NAME} problem (they are {known}); "
-                                                 f"give one with --problem")))
+                plans.append((entry, ("SKIPPED", f"none of the user problems is for the {hooks.NAME} family (they "
+                                                 f"are {known}); give one with --problem")))
                 continue
         plans.append((entry, plan))
 
