@@ -23,6 +23,7 @@ def template_dir(arch: Arch) -> str:
 # ---- the emit-side family hooks (emitter.families.base) ----
 from emitter.families.conv.naming import instance_name  # noqa: E402
 from emitter.families.conv.spec import expand_entry  # noqa: E402
+from emitter.families.conv.library import library_pieces  # noqa: E402,F401  (emitter library's plug)
 
 
 def resolve(cand):  # -> ConvInstance | Rejection
