@@ -171,8 +171,9 @@ class RuntimeFamily(Protocol):
         launch(i) runs the loaded kernel on operand set i; `.info` (grid, block, ...), `.free()`
     baseline(name, data, stream) -> BaselineLaunch     raises BaselineUnavailable
     profile_check(data, config, use_torch, **run_options) -> dict
-        poison the outputs of set 0, (the caller launched) compare with the reference: {"passed", "reason",
-        "rel_err", "tolerance", "unwritten", "nonfinite", "mismatches", "reference"}
+        (the caller poisoned and launched on set 0) compare set 0's outputs with the reference: {"passed",
+        "reason", "rel_err", "tolerance", "unwritten", "nonfinite", "mismatches", "reference"}; config is the
+        kernel's, or the data's own `.cfg` (None if it has none) for a baseline's recorded check
     profile_poison(data, set_index=0) -> None
         poison the outputs of operand set `set_index` (the profiler calls it, launches once, then profile_check)
     profile_fake_problem(config, problem, settings, limit, **run_options) -> problem
