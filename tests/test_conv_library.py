@@ -485,6 +485,13 @@ def test_python_good_calls_reach_the_shim_exactly(mod):
     # an empty output: no call
     runs = mod._g_runs.value
     assert mod.conv2d(cl((0, 16, 9, 7)), w, padding=1).shape == (0, 24, 9, 7) and mod._g_runs.value == runs
+    # forced by name (eager); an unknown name is the library's KERNEL_NOT_FOUND
+    sm80 = next(n for n in names if "fprop_sm80_f16" in n)
+    mod.conv2d(x, w, padding=1, kernel=sm80)
+    assert names[mod._g_last_kernel.value] == sm80
+    with pytest.raises(mod.Error) as info:
+        mod.conv2d(x, w, padding=1, kernel="no_such_kernel")
+    assert info.value.status == 5 and "no conv kernel named" in str(info.value)
     # select
     s = mod.conv_select("fprop", x, w, None, padding=1)
     assert s["reason"] == "static priority" and "sm90a" in s["kernel"]

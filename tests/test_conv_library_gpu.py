@@ -1,0 +1,239 @@
+"""The exported library's convolution on a GPU (issue 28 must-have 5): a library of one GEMM kernel per arch (the
+library needs them), sm80 f16 fprop / dgrad (unity and strided) / wgrad and one sm90a f16 fprop conv kernel
+(emit -> export -> CMake, about 2-3 minutes on 16 cores), then conv2d / conv2d_input_grad / conv2d_weight_grad
+on channels_last torch tensors against torch (odd H/W, stride 2, padding, dilation, asymmetric padding), every
+kernel forced by name once, refusals (C = 3, bias without a bias kernel) as clear errors, torch.compile
+(fullgraph=True) and CUDA graph capture + replay.
+
+$EMITTER_CONV_LIBRARY: an exported and built tree to use instead of building one."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
+NAME = "convgpu"
+
+SPEC = """\
+kernels:
+  - arch: sm80
+    dtype: {a: f16, b: f16, c: f16, d: f16, accumulator: f32}
+    layout: tn
+    tile: 64x64x64
+    warp: 32x32x64
+    stages: 3
+  - arch: sm90a
+    dtype: {a: bf16, b: bf16, c: bf16, d: bf16, accumulator: f32}
+    layout: tn
+    tile: 64x128x64
+    cluster: 1x1x1
+    stages: auto
+    schedule: {kernel: pingpong}
+  - family: conv
+    arch: sm80
+    op: [fprop, dgrad, wgrad]
+    dtype: {a: f16, c: f16, accumulator: f32, epilogue: f32}
+    tile: 128x128x64
+    warp: 64x64x64
+    stages: 3
+  - family: conv
+    arch: sm80
+    op: dgrad
+    stride_support: strided
+    dtype: {a: f16, c: f16, accumulator: f32, epilogue: f32}
+    tile: 128x128x64
+    warp: 64x64x64
+    stages: 3
+  - family: conv
+    arch: sm90a
+    op: fprop
+    dtype: {a: f16, c: f16, accumulator: f32, epilogue: f32}
+    tile: 128x128x64
+    cluster: 1x1x1
+"""
+
+
+def _run(cmd, log: Path) -> None:
+    with open(log, "a") as f:
+        f.write("$ " + " ".join(map(str, cmd)) + "\n")
+        f.flush()
+        r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT)
+    assert r.returncode == 0, f"{cmd[:4]} failed; see {log}"
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability(0) < (8, 0):
+        pytest.skip("needs an sm_80+ GPU visible to torch")
+    given = os.environ.get("EMITTER_CONV_LIBRARY")
+    if given:
+        tree = Path(given)
+    else:
+        work = tmp_path_factory.mktemp("conv_library_gpu")
+        log = Path(os.environ.get("OUT", work)) / "conv_library_build.log"
+        spec = work / "spec.yaml"
+        spec.write_text(SPEC)
+        py = sys.executable
+        _run([py, "-m", "emitter", "emit", str(spec), "-o", str(work / "gen")], log)
+        tree = work / NAME
+        _run([py, "-m", "emitter", "library", str(work / "gen"), "--name", NAME, "-o", str(tree)], log)
+        if shutil.which("cmake") is None:
+            pytest.skip("cmake not found")
+        archs = "80;90a" if torch.cuda.get_device_capability(0) == (9, 0) else "80"
+        _run(["cmake", "-S", str(tree), "-B", str(tree / "build"), f"-DCMAKE_CUDA_ARCHITECTURES={archs}",
+              "-DCMAKE_BUILD_TYPE=Release"], log)
+        _run(["cmake", "--build", str(tree / "build"), "-j", os.environ.get("EMITTER_TEST_JOBS", "16")], log)
+    so = next(iter(sorted(tree.rglob(f"lib{NAME}.so"))))
+    spec_ = importlib.util.spec_from_file_location(NAME, tree / "python" / f"{NAME}.py")
+    mod = importlib.util.module_from_spec(spec_)
+    sys.modules[NAME] = mod
+    spec_.loader.exec_module(mod)
+    mod.load(str(so))
+    return mod
+
+
+def cl(torch, *shape, dtype=None):
+    return torch.randn(*shape, device="cuda", dtype=dtype or torch.float16).to(memory_format=torch.channels_last)
+
+
+def _check(got, want, what: str) -> None:
+    assert got.is_contiguous(memory_format=__import__("torch").channels_last), what
+    err = ((got.double() - want).abs().max() / want.abs().max().clamp_min(1e-6)).item()
+    assert err < 1e-2, f"{what}: max relative error {err:.3e}"
+
+
+# (N, C, H, W, K, R, S, stride, padding, dilation)
+CASES = [
+    (3, 16, 13, 11, 24, 3, 3, 1, 1, 1),
+    (2, 32, 15, 9, 40, 3, 3, 2, 1, 1),
+    (2, 16, 9, 10, 8, 1, 1, 1, 0, 1),
+    (1, 24, 17, 13, 16, 3, 3, 1, (1, 2), (2, 1)),
+    (2, 8, 23, 19, 16, 7, 7, 2, 3, 1),
+]
+
+
+def _pair(v):
+    return v if isinstance(v, tuple) else (v, v)
+
+
+def test_conv2d_and_grads_against_torch(lib):
+    import torch
+    import torch.nn.functional as F
+
+    names = lib.conv_kernels()
+    hopper = torch.cuda.get_device_capability(0) == (9, 0)
+    ran = set()
+    for n, c, h, w, k, r, s, stride, pad, dil in CASES:
+        x, wt = cl(torch, n, c, h, w), cl(torch, k, c, r, s)
+        geo = dict(stride=stride, padding=pad, dilation=dil)
+        tgeo = dict(stride=_pair(stride), padding=_pair(pad), dilation=_pair(dil))
+        want = F.conv2d(x.double(), wt.double(), **tgeo)
+        _check(lib.conv2d(x, wt, **geo), want, f"conv2d {n, c, h, w, k, r, s} {geo}")
+        sel = lib.conv_select("fprop", x, wt, None, **geo)
+        if dil == 1:
+            assert ("sm90a" in sel["kernel"]) == hopper, sel     # static priority: sm90a first on cc 9.0
+        for name in names:
+            if "fprop" in name and ("sm80" in name or hopper):
+                try:
+                    _check(lib.conv2d(x, wt, kernel=name, **geo), want, f"conv2d forced {name}")
+                except lib.Error as e:
+                    if e.status == 1 and "sm90a" in name and dil != 1:   # the sm90a shim may refuse dilation
+                        continue
+                    raise
+                ran.add(name)
+        out = torch.empty_like(want, dtype=torch.float16).to(memory_format=torch.channels_last)
+        assert lib.conv2d(x, wt, out=out, **geo) is out
+        _check(out, want, "conv2d out=")
+        gy = cl(torch, *want.shape)
+        want_dx = torch.nn.grad.conv2d_input(x.shape, wt.double(), gy.double(), **tgeo)
+        _check(lib.conv2d_input_grad(gy, wt, tuple(x.shape), **geo), want_dx, f"conv2d_input_grad {geo}")
+        ran.add(lib.conv_select("dgrad", torch.empty_like(x), wt, gy, shape=tuple(x.shape), **geo)["kernel"])
+        want_dw = torch.nn.grad.conv2d_weight(x.double(), wt.shape, gy.double(), **tgeo)
+        _check(lib.conv2d_weight_grad(x, gy, tuple(wt.shape), **geo), want_dw, f"conv2d_weight_grad {geo}")
+    torch.cuda.synchronize()
+    assert any("unity" in n for n in ran) and any("dgrad" in n and "strided" in n for n in ran), ran
+    assert sum("fprop" in n for n in ran) == (2 if hopper else 1), ran
+
+
+def test_refusals_are_clear(lib):
+    import torch
+
+    x, wt = cl(torch, 2, 3, 9, 9), cl(torch, 8, 3, 3, 3)
+    with pytest.raises(lib.Error) as e:      # C = 3: these kernels need C % 8 == 0 (no fixed-channel kernel here)
+        lib.conv2d(x, wt, padding=1)
+    assert e.value.status == 1 and "can implement" in str(e.value)
+    x, wt = cl(torch, 2, 16, 9, 9), cl(torch, 8, 16, 3, 3)
+    with pytest.raises(lib.Error) as e:      # no bias kernel in this library
+        lib.conv2d(x, wt, padding=1, bias=torch.zeros(8, device="cuda", dtype=torch.float16))
+    assert e.value.status == 1 and "bias" in str(e.value)
+    with pytest.raises(lib.OperandError, match="not channels_last"):
+        lib.conv2d(x.contiguous(), wt, padding=1)
+    with pytest.raises(lib.OperandError, match="groups = 1"):
+        lib.conv2d(x, cl(torch, 8, 8, 3, 3), padding=1)
+
+
+def test_torch_compile_fullgraph(lib):
+    import importlib.util as iu
+
+    import torch
+    import torch.nn.functional as F
+
+    x, wt = cl(torch, 2, 16, 13, 11), cl(torch, 24, 16, 3, 3)
+    gy = cl(torch, 2, 24, 7, 6)
+
+    def f(x, wt, gy):
+        y = lib.conv2d(x, wt, stride=2, padding=1)
+        dx = lib.conv2d_input_grad(gy, wt, (2, 16, 13, 11), stride=2, padding=1)
+        dw = lib.conv2d_weight_grad(x, gy, (24, 16, 3, 3), stride=2, padding=1)
+        return y * 2 + 1, dx, dw
+
+    want = (F.conv2d(x.double(), wt.double(), stride=2, padding=1) * 2 + 1,
+            torch.nn.grad.conv2d_input(x.shape, wt.double(), gy.double(), stride=2, padding=1),
+            torch.nn.grad.conv2d_weight(x.double(), wt.shape, gy.double(), stride=2, padding=1))
+    assert getattr(torch.ops, lib.NAME).conv2d is not None
+    backends = ("eager", "aot_eager") + (("inductor",) if iu.find_spec("triton") else ())
+    for backend in backends:
+        torch._dynamo.reset()
+        got = torch.compile(f, fullgraph=True, backend=backend)(x, wt, gy)
+        torch.cuda.synchronize()
+        for g, w_, what in zip(got, want, ("conv2d", "conv2d_input_grad", "conv2d_weight_grad")):
+            err = ((g.double() - w_).abs().max() / w_.abs().max()).item()
+            assert err < 1e-2, f"torch.compile(backend={backend!r}) {what}: {err:.3e}"
+
+
+def test_cuda_graph_capture_and_replay(lib):
+    import torch
+    import torch.nn.functional as F
+
+    x, wt = cl(torch, 4, 32, 15, 13), cl(torch, 40, 32, 3, 3)
+    out = torch.empty(4, 40, 15, 13, device="cuda", dtype=torch.float16).to(memory_format=torch.channels_last)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            lib.conv2d(x, wt, padding=1, out=out)
+            y = lib.conv2d(x, wt, padding=1)
+            dw = lib.conv2d_weight_grad(x, out, (40, 32, 3, 3), padding=1)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        lib.conv2d(x, wt, padding=1, out=out)
+        y = lib.conv2d(x, wt, padding=1)
+        dw = lib.conv2d_weight_grad(x, out, (40, 32, 3, 3), padding=1)
+    for _ in range(2):
+        x.copy_(torch.randn_like(x))
+        graph.replay()
+        torch.cuda.synchronize()
+        want = F.conv2d(x.double(), wt.double(), padding=1)
+        _check(out, want, "out= in a CUDA graph replay")
+        _check(y, want, "allocated output in a CUDA graph replay")
+        _check(dw, torch.nn.grad.conv2d_weight(x.double(), wt.shape, out.double(), padding=1), "wgrad in a replay")
