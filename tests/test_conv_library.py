@@ -562,3 +562,30 @@ def test_the_property_test_reached_the_library_often():
     if _RUNS["ok"] + _RUNS["refused"] == 0:
         pytest.skip("the property test did not run in this session")
     assert _RUNS["ok"] >= 20 and _RUNS["refused"] >= 20, _RUNS
+
+
+@pytest.mark.nvcc
+def test_an_sm80_conv_translation_unit_compiles(built):
+    """The launch template against the real instance and CUTLASS (host + sm_80 device code; ~15-60 s)."""
+    import os
+
+    from emitter.build.nvcc import find_nvcc
+    from emitter.cutlass_path import find_cutlass
+    from emitter.errors import EmitterError
+
+    d, out, so = built
+    try:
+        nvcc, cut = find_nvcc(), find_cutlass().root
+    except EmitterError as e:
+        pytest.skip(str(e))
+    name = next(n for n in _conv_names(out) if "fprop_sm80_f16" in n)
+    cmd = [nvcc, "-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr", "-gencode=arch=compute_80,code=sm_80",
+           f"-I{cut}/include", f"-I{cut}/tools/util/include", f"-I{out / 'src'}", "-Xcompiler", "-fPIC", "-c",
+           str(out / f"src/conv/{name}.launch.cu"), "-o", str(d / "tu.o")]
+    if os.environ.get("EMITTER_NVCC_LOCK") and shutil.which("flock"):
+        cmd = ["flock", os.environ["EMITTER_NVCC_LOCK"], *cmd]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-6000:]
+    syms = subprocess.run(["nm", str(d / "tu.o")], capture_output=True, text=True).stdout
+    for fn in ("query", "run", "initialize"):
+        assert f" T {LIB}_ck_{name}_{fn}\n" in syms
