@@ -222,6 +222,7 @@ def _bad_cases():
         ("scale negative", lambda: ((q, k, v), {"scale": -1.0}), "finite and > 0"),
         ("scale nan", lambda: ((q, k, v), {"scale": float("nan")}), "finite and > 0"),
         ("scale beyond float", lambda: ((q, k, v), {"scale": 1e300}), "fits a float"),
+        ("scale a list", lambda: ((q, k, v), {"scale": [0.5]}), "fits a float"),
         ("causal not a bool", lambda: ((q, k, v), {"causal": 1}), "causal must be True or False"),
         ("causal_align", lambda: ((q, k, v), {"causal": True, "causal_align": "center"}), "causal_align"),
         ("lse not a bool", lambda: ((q, k, v), {"lse": "yes"}), "lse must be True or False"),
