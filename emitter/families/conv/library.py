@@ -33,10 +33,6 @@ _BITS = {"f16": 16, "bf16": 16, "f32": 32, "tf32": 32, "f64": 64, "s8": 8, "s32"
 _LABEL = re.compile(r"^C(\d+) (\d+)² K(\d+) (\d+)x(\d+)(?: s(\d+))?$")
 
 
-class ConvLibraryError(Exception):
-    pass
-
-
 @dataclass(frozen=True)
 class ConvKernelRecord:
     index: int
