@@ -18,13 +18,11 @@ import tempfile
 import time
 from pathlib import Path
 
-FAKE = r'''#!{python}
-import sys
-args = sys.argv[1:]
-if "--version" in args:
-    print("Cuda compilation tools, release 13.0, V13.0.fake"); sys.exit(0)
-out = args[args.index("-o") + 1]
-open(out, "w").write(open(args[-1]).read())
+FAKE = r'''#!/bin/sh
+# a no-op nvcc: --version, else copy the source (the last argument) to the -o path
+case " $* " in *" --version "*) echo "Cuda compilation tools, release 13.0, V13.0.fake"; exit 0;; esac
+out=""; prev=""; for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done
+cp "$a" "$out"
 '''
 
 
@@ -51,7 +49,7 @@ def main() -> None:
 
     tmp = Path(tempfile.mkdtemp(prefix="ray-overhead-"))
     nvcc = tmp / "nvcc"
-    nvcc.write_text(FAKE.format(python=sys.executable))
+    nvcc.write_text(FAKE)
     nvcc.chmod(nvcc.stat().st_mode | stat.S_IEXEC)
     os.environ["EMITTER_NVCC"] = str(nvcc)
     rows = {}

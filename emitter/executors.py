@@ -21,7 +21,7 @@ INSTALL_HINT = "pip install 'emitter[ray]'   (or: pip install 'ray>=2.9')"
 _FIX = ("start a cluster (`ray start --head` on one node, `ray start --address <head>:6379` on the others) and pass "
         "--address auto on a node of it, or --address ray://<head>:10001 from elsewhere (that needs "
         "pip install 'ray[client]'); or leave out --address for a local instance. A cluster that `ray start` "
-        "began with token authentication (Ray 2.5x's default) also wants RAY_AUTH_MODE=token here and its token in "
+        "began with token authentication (Ray 2.60's default) also wants RAY_AUTH_MODE=token here and its token in "
         "~/.ray/auth_token")
 
 
