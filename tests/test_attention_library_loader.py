@@ -344,7 +344,8 @@ _STATS = {"called": 0, "refused": 0}
 def tensor(draw, shape, dtype):
     """A tensor of `shape` with one of: packed BSHD, a BHSD view, padded rows, an offset view into a larger
     buffer, or (rarely) a broken layout: broadcast, non-contiguous head dim, rows overlapping."""
-    kind = draw(st.sampled_from(["packed"] * 4 + ["bhsd", "padded", "offset", "broadcast", "strided_dim", "overlap"]))
+    kind = draw(st.sampled_from(["packed"] * 12 + ["bhsd"] * 3 + ["padded"] * 3 + ["offset"] * 3
+                                + ["broadcast", "strided_dim", "overlap"]))
     shape = tuple(shape)
     if kind == "bhsd" and len(shape) == 4:
         b, s, h, d = shape
@@ -385,12 +386,12 @@ def test_random_operands_are_refused_or_stay_inside_their_buffers(mod, data):
     b = draw(st.sampled_from([1, 2, 3]))
     sq, sk = draw(st.sampled_from([1, 5, 17, 64])), draw(st.sampled_from([0, 1, 7, 64]))
     hkv = draw(st.sampled_from([1, 2, 3]))
-    hq = hkv * draw(st.sampled_from([1, 2, 4])) + (1 if draw(st.integers(0, 9)) == 0 else 0)
+    hq = hkv * draw(st.sampled_from([1, 2, 4])) + (1 if draw(st.integers(0, 19)) == 0 else 0)
     d = draw(st.sampled_from([8, 16, 64]))
     dv = d if draw(st.integers(0, 4)) else draw(st.sampled_from([8, 32]))
-    dk = d if draw(st.integers(0, 9)) else d + 8
-    dt = draw(st.sampled_from(["float16"] * 6 + ["bfloat16", "float32"]))
-    dt_k = dt if draw(st.integers(0, 9)) else "bfloat16"
+    dk = d if draw(st.integers(0, 19)) else d + 8
+    dt = draw(st.sampled_from(["float16"] * 12 + ["bfloat16"] * 4 + ["float32"]))
+    dt_k = dt if draw(st.integers(0, 19)) else "bfloat16"
     kw = {}
     if varlen:
         lq = [draw(st.integers(0, 9)) for _ in range(b)]
@@ -406,13 +407,13 @@ def test_random_operands_are_refused_or_stay_inside_their_buffers(mod, data):
     q = draw(tensor(qs, dt))
     k = draw(tensor(ks, dt_k))
     v = draw(tensor(vs, dt))
-    if draw(st.integers(0, 9)) == 0:
+    if draw(st.integers(0, 19)) == 0:
         k = T(ks, dt_k, device=1)
     if draw(st.booleans()):
         kw["out"] = q if draw(st.integers(0, 19)) == 0 else draw(tensor(os_, dt if draw(st.integers(0, 9)) else "bfloat16"))
-    kw["causal"] = draw(st.sampled_from([False, True, True, 1]))
-    kw["causal_align"] = draw(st.sampled_from(["top_left", "bottom_right", "bottom_right", "middle"]))
-    kw["scale"] = draw(st.sampled_from([None, None, 0.5, 0.125, -1.0, float("nan"), 1e300]))
+    kw["causal"] = draw(st.sampled_from([False] * 6 + [True] * 6 + [1]))
+    kw["causal_align"] = draw(st.sampled_from(["top_left"] * 6 + ["bottom_right"] * 6 + ["middle"]))
+    kw["scale"] = draw(st.sampled_from([None] * 8 + [0.5, 0.125] * 3 + [-1.0, float("nan"), 1e300]))
     kw["lse"] = draw(st.booleans())
     before = acalls(mod)
     try:
@@ -433,4 +434,5 @@ def test_random_operands_are_refused_or_stay_inside_their_buffers(mod, data):
 def test_the_property_test_reached_the_library_often():
     if _STATS["called"] + _STATS["refused"] == 0:
         pytest.skip("the property test did not run")
-    assert _STATS["called"] >= 20 and _STATS["refused"] >= 40, _STATS
+    print("attention property test:", _STATS)
+    assert _STATS["called"] >= 30 and _STATS["refused"] >= 30, _STATS
