@@ -428,6 +428,8 @@ def _bad_py():
         ("grad_y shape", lambda m: m.conv2d_input_grad(cl((2, 24, 9, 6)), w, (2, 16, 9, 7), padding=1),
          "grad_y"),
         ("input_shape", lambda m: m.conv2d_input_grad(gy, w, (2, 16, 9), padding=1), "4 ints"),
+        ("input_shape int", lambda m: m.conv2d_input_grad(gy, w, 5, padding=1), "sequence of 4 ints"),
+        ("unhashable padding", lambda m: m.conv2d(x, w, padding={1: 2}), "pair of ints"),
         ("input_shape C", lambda m: m.conv2d_input_grad(gy, w, (2, 8, 9, 7), padding=1), "groups = 1"),
         ("weight_shape C", lambda m: m.conv2d_weight_grad(x, gy, (24, 8, 3, 3), padding=1), "groups = 1"),
         ("weight_shape neg", lambda m: m.conv2d_weight_grad(x, gy, (24, 16, -3, 3), padding=1), "4 ints"),
@@ -482,6 +484,10 @@ def test_python_good_calls_reach_the_shim_exactly(mod):
     e = last(mod)
     assert gw.shape == (24, 16, 3, 3) and gw.stride() == (144, 1, 48, 16) and e["ptr_w"] == gw.data_ptr()
     assert "wgrad" in names[mod._g_last_kernel.value]
+    # a cached plan is never reused for arguments the full path refuses (True == 1)
+    mod.conv2d(x, w, stride=1, padding=1)
+    with pytest.raises(mod.OperandError, match="stride"):
+        mod.conv2d(x, w, stride=True, padding=1)
     # an empty output: no call
     runs = mod._g_runs.value
     assert mod.conv2d(cl((0, 16, 9, 7)), w, padding=1).shape == (0, 24, 9, 7) and mod._g_runs.value == runs
