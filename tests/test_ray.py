@@ -346,6 +346,32 @@ def test_ray_profile_restarts_a_crashed_worker_and_drops_the_kernel(sm90a_manife
 
 
 @needs_ray
+def test_ray_profile_kills_a_stalled_worker_and_keeps_the_rest(sm90a_manifest, tmp_path, ray_local):
+    """A kernel that hangs on one GPU actor: after --stall-timeout the driver has the actor kill its worker, the
+    kernel gets a fault record ("no progress"), the worker restarts without it and nothing else is lost."""
+    from emitter.profile.ray_runner import GpuPool
+    from emitter.profile.records import FAULT
+    from emitter.profile.runner import plan, run
+
+    cfg = _profile_config(sm90a_manifest, "gpus: 2\n")
+    pl = plan(cfg)
+    victim = pl.instances[2]["entry"]["name"]
+    faults = [{"kind": "hang", "select": victim, "problem": "512x512x512", "seconds": 120}]
+    clean = run(cfg, pl, tmp_path / "clean", [0, 1], backend="fake")
+    remote = GpuPool.connect(cfg, None, None).run(cfg, pl, tmp_path / "ray", backend="fake", faults=faults,
+                                                  stall_timeout_s=3)
+    assert remote.restarts == 1 and not remote.fatal
+    key = lambda m: (m.kind, m.label, m.op.key, m.problem.key)   # noqa: E731
+    got = {key(m): m for m in remote.measurements}
+    assert set(got) == {key(m) for m in clean.measurements}
+    hung = [m for m in remote.measurements if m.status == FAULT]
+    assert [(m.name, m.problem.key) for m in hung] == [(victim, "512x512x512")] and "no progress" in hung[0].reason
+    for m in clean.measurements:
+        if key(m) != key(hung[0]):
+            assert got[key(m)].stats.median_ms == m.stats.median_ms
+
+
+@needs_ray
 def test_cli_profile_with_ray(sm90a_manifest, tmp_path, ray_local):
     from emitter.cli import main
 
