@@ -33,7 +33,7 @@ from functools import lru_cache
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
-from emitter.build.executor import NvccResult, NvccTask, run_nvcc
+from emitter.build.executor import NvccResult, NvccTask, run_nvcc, terminate_running
 from emitter.build.nvcc import GENCODE, memory_per_job
 from emitter.executors import RaySession, connect
 
@@ -123,8 +123,12 @@ def compile_on_node(job: dict[str, Any]) -> dict[str, Any]:
             elif CUTLASS in a:
                 a = a.replace(CUTLASS, cutlass_root)
             argv.append(a)
-        res = run_nvcc(NvccTask(tuple(argv), str(work), str(work / "tmp"), job["timeout_s"],
-                                tuple(job["env"])))
+        try:
+            res = run_nvcc(NvccTask(tuple(argv), str(work), str(work / "tmp"), job["timeout_s"],
+                                    tuple(job["env"])))
+        except BaseException:                    # ray.cancel (KeyboardInterrupt here): stop nvcc too
+            terminate_running()
+            raise
         artifact = out.read_bytes() if res.returncode == 0 and out.is_file() else None
         return {"returncode": res.returncode, "output": res.output, "wall_s": res.wall_s,
                 "timed_out": res.timed_out, "artifact": artifact, "node": host}
@@ -245,6 +249,7 @@ class RayExecutor(Executor):
         with self._lock:
             pending = list(self._pending.items())
         if cancel_futures or not wait:
+            # force: the worker is killed, and Ray (2.60: kill_child_processes_on_worker_exit) its nvcc with it
             for ref, fut in pending:
                 try:
                     self.ray.cancel(ref, force=True)
