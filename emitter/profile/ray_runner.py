@@ -216,7 +216,11 @@ class GpuPool:
         nodes = {w["node"] for w in self.where}
         ids = [w["gpu_ids"][0] if w["gpu_ids"] else None for w in self.where]
         if len(nodes) == 1 and all(i is not None and str(i).isdigit() for i in ids) and len(set(ids)) == n:
-            self.gpus = [int(i) for i in ids]            # one node: the physical indices, as a local run names them
+            # one node: the physical indices in ascending order, as a local run names and shards them
+            order = sorted(range(n), key=lambda j: int(ids[j]))
+            self.actors = [self.actors[j] for j in order]
+            self.where = [self.where[j] for j in order]
+            self.gpus = [int(ids[j]) for j in order]
         else:
             self.gpus = list(range(n))
         self.bundle_ref: Any = None
