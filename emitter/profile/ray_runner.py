@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -39,15 +38,6 @@ from emitter.profile.runner import run as run_local
 
 _POLL_BYTES = 8 << 20
 _START_TIMEOUT_S = 600.0
-
-
-def _die_with_parent() -> None:   # pragma: no cover - runs in the child before exec
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)    # PR_SET_PDEATHSIG
-    except Exception:
-        pass
 
 
 class GpuActor:
@@ -99,9 +89,9 @@ class GpuActor:
         job_path.write_text(json.dumps(job), encoding="utf-8")
         self.log.touch()
         with open(self.err, "wb") as err:
+            # no preexec_fn (unsafe in the actor's threaded process): Ray kills a dead actor's children itself
             self.proc = subprocess.Popen([sys.executable, "-m", "emitter.profile.worker", str(job_path)],
-                                         stdin=subprocess.DEVNULL, stdout=err, stderr=subprocess.STDOUT,
-                                         preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+                                         stdin=subprocess.DEVNULL, stdout=err, stderr=subprocess.STDOUT)
         return self.proc.pid
 
     def poll(self, offset: int) -> tuple[bytes, str, int | None]:
