@@ -375,6 +375,51 @@ def test_ray_profile_kills_a_stalled_worker_and_keeps_the_rest(sm90a_manifest, t
 
 
 @needs_ray
+def test_ray_profile_survives_a_lost_gpu_actor(sm90a_manifest, tmp_path, ray_local):
+    """The actor of GPU 1 dies (SIGKILL: a node lost) while its worker measures a kernel: that measurement gets a
+    fault record, a new actor takes the shard over and finishes it, and nothing else is lost."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from emitter.profile.ray_runner import GpuPool
+    from emitter.profile.records import FAULT
+    from emitter.profile.runner import plan, run, shard
+
+    cfg = _profile_config(sm90a_manifest, "gpus: 2\n")
+    pl = plan(cfg)
+    victim = pl.instances[3]["entry"]["name"]
+    where = shard(pl.problems, 2)[1][0].key                  # a problem of GPU 1's shard
+    faults = [{"kind": "hang", "select": victim, "problem": where, "seconds": 120}]   # holds it there
+    clean = run(cfg, pl, tmp_path / "clean", [0, 1], backend="fake")
+    pool = GpuPool.connect(cfg, None, None)
+    log = tmp_path / "ray" / "work" / "shard1.jsonl"
+    killed = []
+
+    def kill_when_hung() -> None:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 60:
+            if log.exists() and f'"name": "{victim}"' in log.read_text() and f'"problem": "{where}"' in log.read_text():
+                time.sleep(0.5)
+                os.kill(pool.where[1]["pid"], signal.SIGKILL)
+                killed.append(pool.where[1]["pid"])
+                return
+            time.sleep(0.1)
+
+    t = threading.Thread(target=kill_when_hung)
+    t.start()
+    remote = pool.run(cfg, pl, tmp_path / "ray", backend="fake", faults=faults, stall_timeout_s=60)
+    t.join()
+    assert killed and remote.restarts == 1 and not remote.fatal
+    key = lambda m: (m.kind, m.label, m.op.key, m.problem.key)   # noqa: E731
+    got = {key(m): m for m in remote.measurements}
+    assert set(got) == {key(m) for m in clean.measurements}
+    lost = [m for m in remote.measurements if m.status == FAULT]
+    assert [(m.name, m.problem.key) for m in lost] == [(victim, where)] and "died" in lost[0].reason
+
+
+@needs_ray
 def test_cli_profile_with_ray(sm90a_manifest, tmp_path, ray_local):
     from emitter.cli import main
 

@@ -56,7 +56,8 @@ class GpuActor:
         import ray
 
         ctx = ray.get_runtime_context()
-        return {"host": socket.gethostname(), "node": ctx.get_node_id(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+        return {"host": socket.gethostname(), "node": ctx.get_node_id(), "pid": os.getpid(),
+                "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
 
     def stage(self, bundle: dict[str, dict[str, bytes]]) -> int:
