@@ -155,9 +155,17 @@ def default_problems(cfg: AttentionConfig, quick: bool = False) -> list[tuple[At
         P("normal", batch=1, heads_q=4, heads_kv=1, seq_q=sq(33), seq_k=47)
     if cfg.arch == "sm80":          # padded rows: any strides, and nothing written outside the rows
         P("normal", batch=2, seq_q=50, seq_k=70, scale=0.2, pad=8)
+    # key lengths that are tile multiples: the only ones a key_tail-false instance runs (and the no-tail path
+    # of every other instance); seq_q != seq_k both ways, a run-time scale, both data kinds, GQA
+    tkv = cfg.tile_kv
+    P("normal", batch=2, seq_q=sq(100), seq_k=2 * tkv)
+    P("int", batch=1, seq_q=sq(3 * tkv + 8), seq_k=tkv, scale=0.25)
+    P("large", batch=1, seq_q=sq(40), seq_k=3 * tkv)
+    if cfg.gqa:
+        P("normal", batch=1, heads_q=4, heads_kv=1, seq_q=sq(33), seq_k=tkv)
     if not quick:
         P("normal", batch=2, seq_q=1000, seq_k=1000)
-        P("normal", batch=1, seq_q=513, seq_k=2048, scale=0.1)
+        P("normal", batch=1, seq_q=sq(513), seq_k=2048, scale=0.1)
     return out
 
 
