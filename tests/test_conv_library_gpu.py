@@ -119,13 +119,13 @@ def _pair(v):
     return v if isinstance(v, tuple) else (v, v)
 
 
-def _forced(lib, fn, name, dil, stride, *args, **kw):
+def _forced(lib, fn, name, dil_, stride_, *args, **kw):
     """fn(..., kernel=name), or None where the kernel legitimately refuses (a unity-stride kernel at stride 2, an sm90a
-    kernel at dilation 2)."""
+    kernel at dilation 2). (dil_/stride_ are named apart from fn's own stride/dilation keywords, passed in kw.)"""
     try:
         return fn(*args, kernel=name, **kw)
     except lib.Error as e:
-        if e.status == 1 and (("unity" in name and stride != 1) or ("sm90a" in name and dil != 1)):
+        if e.status == 1 and (("unity" in name and stride_ != 1) or ("sm90a" in name and dil_ != 1)):
             return None
         raise
 

@@ -217,6 +217,15 @@ def _render(template: str, **ctx: Any) -> str:
     return environment().get_template(f"library/{template}").render(**ctx)
 
 
+def _is_rows_table(path: str | Path) -> bool:
+    """A conv bench table (conv.json: {"rows": [...]}, no GEMM 'entries'): the conv library hook reads it."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False            # load_all reports it
+    return isinstance(data, dict) and isinstance(data.get("rows"), list) and "entries" not in data
+
+
 def export_library(manifest_dirs: Sequence[str | Path], name: str, out: str | Path, *,
                    tuning: Sequence[str | Path] = (), select: Sequence[str] = (), exclude: Sequence[str] = (),
                    archs: Sequence[str] = (), vendor_cutlass: bool = False, force: bool = False,
@@ -277,6 +286,9 @@ def export_library(manifest_dirs: Sequence[str | Path], name: str, out: str | Pa
             raise LibraryError(f"{src}: missing (listed in {root / 'manifest.json'}); run `emitter emit` again") from None
 
     # ---- tuning ----
+    # a family's own table (benchmarks/conv_bench.py's conv.json: a 'rows' list) goes to its library hook, not GEMM's
+    family_tuning = [str(t) for t in tuning if _is_rows_table(t)]
+    tuning = [t for t in tuning if str(t) not in family_tuning]
     t_entries = load_all(tuning, allow_unmeasured=allow_unmeasured_tuning)
     tuning_recs, dropped, notes = resolve_tuning(kernels, t_entries)
     check_tuning_invariant(kernels, tuning_recs)
@@ -317,6 +329,8 @@ def export_library(manifest_dirs: Sequence[str | Path], name: str, out: str | Pa
         api_functions=API_FUNCTIONS, cutlass_default=cutlass_root, cutlass_version=cutlass_version,
         vendored_cutlass=vendor_cutlass,
     )
+    if family_tuning:
+        ctx["conv_tuning"] = family_tuning
     from emitter.library import pieces as library_pieces
 
     family_pieces = library_pieces.collect(family_entries, root_of, ctx, LibraryError)
