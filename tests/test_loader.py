@@ -153,6 +153,13 @@ class FakeTensor:
     def is_contiguous(self) -> bool:
         return self._strides == contiguous(self.shape)
 
+    def new_empty(self, shape) -> "FakeTensor":
+        return FakeTensor(shape, self.dtype, device=self.device_index)
+
+    def expand(self, shape) -> "FakeTensor":
+        assert all(s == 1 for s in self.shape) and len(shape) == len(self.shape)
+        return FakeTensor(shape, self.dtype, (0,) * len(shape), self.device_index, storage=(self.base, self.nbytes))
+
 
 class CaiArray:
     """A __cuda_array_interface__ object over a fake address range (strides in bytes, or None = C order)."""
@@ -214,7 +221,8 @@ def loader(tmp_path_factory):
 
     mod._get_device = lambda: current[0]
     mod._torch = types.SimpleNamespace(cuda=types.SimpleNamespace(device=device), device=lambda kind, index: index,
-                                       empty=lambda shape, dtype, device: FakeTensor(shape, dtype, device=device))
+                                       empty=lambda shape, dtype, device: FakeTensor(shape, dtype, device=device),
+                                       empty_like=lambda t: FakeTensor(t.shape, t.dtype, device=t.device_index))
     mod._TORCH_BY_NAME.update({"f16": DT["float16"], "bf16": DT["bfloat16"], "f32": DT["float32"],
                                "f64": DT["float64"], "s8": DT["int8"], "s32": DT["int32"], "e4m3": DT["float8_e4m3fn"]})
     mod._empty = lambda shape, dtype, dev: FakeTensor(shape, dtype, device=dev)
@@ -556,6 +564,22 @@ def test_good_operand_sets_reach_the_library_exactly(loader):
                                                                               o2.data_ptr(), 2.0, k, m)
     r = mod.gemm(a2, b2)
     assert last(mod)["D"] == r.data_ptr() and r.shape == (m, n)
+    # the allocating fast path: a plan with an output template (empty_like of a 1-element expanded tensor), each
+    # call a fresh contiguous output of A's dtype on A's device, the same checked fields as the full path's
+    full = last(mod)
+    plan = mod._PLANS[(a2.shape, a2.stride(), a2.dtype, 0, b2.shape, b2.stride(), b2.dtype, 0, 1.0, "identity", True,
+                       False)]
+    assert plan[2] is not None and plan[2].stride() == (0, 0)
+    for _ in range(2):
+        a3, b3 = T((m, k)), T((k, n))
+        before = calls(mod)
+        r2 = mod.gemm(a3, b3)
+        p3 = last(mod)
+        assert calls(mod) == before + 1 and r2 is not r and r2.shape == (m, n) and r2.stride() == (n, 1)
+        assert r2.dtype is a3.dtype and r2.get_device() == 0
+        assert (p3["A"], p3["B"], p3["D"], p3["C"], p3["bias"]) == (a3.data_ptr(), b3.data_ptr(), r2.data_ptr(), None, None)
+        assert {f: v for f, v in p3.items() if f not in ("A", "B", "D")} == \
+            {f: v for f, v in full.items() if f not in ("A", "B", "D")}
     # ... and a plan never lets through what the full path refuses (the key holds every checked property)
     with pytest.raises(mod.OperandError, match="on one GPU"):
         mod.gemm(a2, b2, T((m, n), device=1), alpha=2.0)
