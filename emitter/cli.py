@@ -103,21 +103,77 @@ def list_cmd(out: Path, select: tuple[str, ...], exclude: tuple[str, ...], rejec
              else f"{len(instances)} instances in {out}")
     table = Table(title=title)
     table.add_column("name", overflow="fold")
-    for col in ("arch", "tile", "stages"):
+    for col in ("family", "arch", "tile", "stages"):
         table.add_column(col, no_wrap=True)
+    table.add_column("config (what differs)", overflow="fold")
+    varying = _varying_keys(instances)
     for inst in instances:
         cfg = inst["config"]
-        table.add_row(inst["name"], inst["arch"], "x".join(map(str, cfg["tile"])), str(cfg["stages"] or "auto"))
+        family = str(inst.get("family", "gemm"))
+        table.add_row(inst["name"], family, str(inst["arch"]), _tile_text(cfg), _value_text(cfg.get("stages")) or "auto",
+                      _details_text(cfg, varying.get(family, ())))
     console.print(table)
     if rejected and data["rejected"]:
         rt = Table(title=f"{len(data['rejected'])} rejected")
-        for col in ("arch", "dtypes", "tile", "rule", "reason"):
+        for col in ("family", "arch", "dtypes", "tile", "rule", "reason"):
             rt.add_column(col, overflow="fold")
         for rej in data["rejected"]:
             cfg = rej["config"]
-            rt.add_row(rej["arch"], f"{cfg['a']}/{cfg['b']}->{cfg['d']}", "x".join(map(str, cfg["tile"])),
-                       rej["rule"], rej["reason"])
+            rt.add_row(str(rej.get("family", "gemm")), str(rej["arch"]), _dtypes_text(cfg), _tile_text(cfg),
+                       str(rej["rule"]), str(rej["reason"]))
         console.print(rt)
+
+
+# `emitter list` reads any family's config (a JSON object the family wrote): columns from keys that most
+# families have (tile, stages, dtypes), and the keys whose values differ between the listed instances of a family
+_LIST_SHOWN = {"tile", "stages", "arch"}
+
+
+def _value_text(v: object) -> str:
+    """A manifest value as short text: lists of scalars joined with x (tiles), objects as k=v, None as ''."""
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, (list, tuple)):
+        if all(isinstance(x, (int, float, str)) and not isinstance(x, bool) for x in v):
+            return "x".join(str(x) for x in v)
+        return "[" + ", ".join(_value_text(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k}={_value_text(x)}" for k, x in v.items()) + "}"
+    return str(v)
+
+
+def _tile_text(cfg: dict) -> str:
+    """The CTA tile: `tile` (gemm, conv), else the family's tile_* keys in order (attention: tile_q x tile_kv)."""
+    if cfg.get("tile") is not None:
+        return _value_text(cfg["tile"])
+    parts = [_value_text(v) for k, v in cfg.items() if k.startswith("tile_") and v is not None]
+    return "x".join(parts) if parts else "-"
+
+
+def _dtypes_text(cfg: dict) -> str:
+    if all(k in cfg for k in ("a", "b", "d")):
+        return f"{_value_text(cfg['a'])}/{_value_text(cfg['b'])}->{_value_text(cfg['d'])}"
+    for key in ("dtype", "a"):
+        if key in cfg:
+            return _value_text(cfg[key])
+    return "-"
+
+
+def _varying_keys(entries: list) -> dict:
+    """family -> config keys (beyond the columns) whose values differ between that family's entries."""
+    seen: dict = {}
+    for e in entries:
+        fam = seen.setdefault(str(e.get("family", "gemm")), {})
+        for k, v in e["config"].items():
+            if k not in _LIST_SHOWN and not k.startswith("tile_"):
+                fam.setdefault(k, set()).add(_value_text(v))
+    return {f: tuple(k for k, vals in keys.items() if len(vals) > 1) for f, keys in seen.items()}
+
+
+def _details_text(cfg: dict, keys: tuple) -> str:
+    return " ".join(f"{k}={_value_text(cfg.get(k)) or '-'}" for k in keys)
 
 
 @main.command(name="init")
