@@ -97,21 +97,22 @@ def list_cmd(out: Path, select: tuple[str, ...], exclude: tuple[str, ...], rejec
         return
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     console = Console()
     title = (f"{len(instances)} of {len(data['instances'])} instances in {out} selected" if selected
              else f"{len(instances)} instances in {out}")
-    table = Table(title=title)
-    table.add_column("name", overflow="fold")
-    for col in ("family", "arch", "tile", "stages"):
+    families = sorted({str(inst.get("family", "gemm")) for inst in instances})
+    table = Table(title=title + (f" ({', '.join(families)})" if families else ""))
+    table.add_column("name (and the config keys that differ)", overflow="fold")
+    for col in ("arch", "tile", "stages"):
         table.add_column(col, no_wrap=True)
-    table.add_column("config (what differs)", overflow="fold")
     varying = _varying_keys(instances)
     for inst in instances:
         cfg = inst["config"]
-        family = str(inst.get("family", "gemm"))
-        table.add_row(inst["name"], family, str(inst["arch"]), _tile_text(cfg), _value_text(cfg.get("stages")) or "auto",
-                      _details_text(cfg, varying.get(family, ())))
+        details = _details_text(cfg, varying.get(str(inst.get("family", "gemm")), ()))
+        table.add_row(Text(inst["name"]) + (Text("\n  " + details, style="dim") if details else Text()),
+                      str(inst["arch"]), _tile_text(cfg), _value_text(cfg.get("stages")) or "auto")
     console.print(table)
     if rejected and data["rejected"]:
         rt = Table(title=f"{len(data['rejected'])} rejected")

@@ -40,7 +40,7 @@ def test_list_other_families(tmp_path, spec, family, tile):
     data = json.loads((tmp_path / "g" / "manifest.json").read_text())
     code, out = run("list", tmp_path / "g")
     assert code == 0, out
-    assert "internal error" not in out and f" {family} " in out and f" {tile} " in out
+    assert "internal error" not in out and f"({family})" in out and f" {tile} " in out
     assert f"{len(data['instances'])} instances in" in out
     for inst in data["instances"]:
         assert inst["name"] in out
@@ -77,7 +77,7 @@ def test_list_gemm_columns(gemm_dir):
     code, out = run("list", gemm_dir)
     assert code == 0
     cfg = data["instances"][0]["config"]
-    assert " gemm " in out and "x".join(map(str, cfg["tile"])) in out
+    assert "(gemm)" in out and "x".join(map(str, cfg["tile"])) in out
     if data["rejected"]:
         rej = data["rejected"][0]["config"]
         assert f"{rej['a']}/{rej['b']}->{rej['d']}" in out
