@@ -14,6 +14,18 @@ NAMED = ("square", "llm")
 DEFAULT_SET = "square"       # `emitter profile <manifest dir>` without problems
 
 
+def _family_baselines(families: "list[str] | tuple[str, ...]") -> tuple[str, ...]:
+    """The baselines of the manifest's families other than GEMM (a manifest source's default config names
+    GEMM's cublas only)."""
+    from emitter.families.base import runtime_family
+
+    out: list[str] = []
+    for fam in families:
+        if fam != "gemm":
+            out += list(getattr(runtime_family(fam, need=()), "BASELINES", ()))
+    return tuple(out)
+
+
 def _problems(values: tuple[str, ...], problems_file=None, m=None, n=None, k=None, batch=None,
               families=None):
     """Profile problems from the shared problem flags (emitter.verify.cli.problem_flags) and the named sets.
@@ -156,6 +168,9 @@ def profile_cmd(config: Path | None, out: Path | None, select: tuple[str, ...], 
             probs = tuple(named_set(DEFAULT_SET))
             console.print(f"problems: the {DEFAULT_SET} set (default; choose with --problem)")
         cfg = ProfileConfig(file=str(mpath), manifests=(str(mpath.resolve()),), problems=probs)
+        extra = _family_baselines(families or ())     # other families' own baselines (attention: torch SDPA)
+        if extra:
+            cfg = cfg.replace(baselines=tuple(dict.fromkeys(cfg.baselines + extra)))
     else:
         cfg = load_config(config)
         if given:

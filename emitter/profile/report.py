@@ -242,7 +242,8 @@ def print_table(report: Report, console: Any = None, all_kernels: bool = False) 
     groups: dict[tuple, list[Measurement]] = defaultdict(list)
     for m in report.measurements:
         groups[group_key(m)].append(m)
-    for key in sorted(groups, key=lambda k: (k[0], k[1][0] * k[1][1] * k[1][2] * k[1][3], k[1])):
+    for key in sorted(groups, key=lambda k: (k[0], k[1][0] * k[1][1] * k[1][2] * k[1][3] if len(k[1]) == 4 else 0,
+                                             k[1])):   # other families' problems: (key,)
         ms = groups[key]
         ch = report.choices.get(key)
         base = next((m for m in ms if m.kind == "baseline" and m.ok), None)
@@ -281,6 +282,8 @@ def print_table(report: Report, console: Any = None, all_kernels: bool = False) 
 
 
 def _pkey(key: tuple) -> str:
+    if len(key[1]) != 4:         # another family's problem ident: (key,)
+        return str(key[1][0])
     m, n, k, b = key[1]
     return f"{m}x{n}x{k}" + (f"x{b}" if b != 1 else "")
 

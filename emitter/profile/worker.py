@@ -497,6 +497,9 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
         for op_key, (op, names) in ops.items():
             if getattr(op, "FAMILY", "gemm") != getattr(problem, "FAMILY", "gemm"):
                 continue          # a problem of another family: not this op's
+            applies = getattr(_hooks(op), "profile_applies", None)
+            if applies is not None and not applies(op, problem):
+                continue          # the family says the op's kernels do not compute it (attention: another mask)
             todo = [n for n in names if (n, problem.key) not in skip]
             ranked: dict[str, tuple[float, int]] = {}     # kernel -> (best median, its split) at options 0
             for k_name, k_split, k_med in known.get((op_key, problem.key), []):

@@ -43,6 +43,10 @@ class AttentionProblem:
     # dim + pad; LSE head stride seq + pad). Padding holds poison: a kernel that writes it (stray writes) or
     # reads it (NaN) is caught. 0 = packed.
     pad: int = 0
+    # the mask the problem asks for (`--problem ...,causal` / `causal=0`): None = the instance's own mask
+    # (verify's default problems); True = causal (top-left, torch SDPA's is_causal; bottom-right instances
+    # too when seq_q = seq_k), False = no mask. A problem an instance's mask does not match is SKIPPED.
+    causal: bool | None = None
 
     # ---------------------------------------------------------------- derived
     @property
@@ -127,6 +131,8 @@ class AttentionProblem:
         parts.append(self.layout)
         if self.pad:
             parts.append(f"pad{self.pad}")
+        if self.causal is not None:
+            parts.append("causal" if self.causal else "full")
         text = "_".join(parts)
         return re.sub(r"[^A-Za-z0-9_.+-]", "", text)
 
@@ -135,12 +141,14 @@ class AttentionProblem:
         for k in ("seqlens_q", "seqlens_k"):
             if d[k] is not None:
                 d[k] = list(d[k])
+        if d["causal"] is None:
+            del d["causal"]
         return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "AttentionProblem":
         fields = {"batch", "heads_q", "heads_kv", "seq_q", "seq_k", "head_dim", "head_dim_v", "scale", "layout",
-                  "seqlens_q", "seqlens_k", "pad"}
+                  "seqlens_q", "seqlens_k", "pad", "causal"}
         d = {k: v for k, v in d.items() if k in fields}   # a result record also holds label, data, source
         if d.get("seqlens_q") is not None:                # varlen: batch and max lengths follow from the lengths
             d.pop("seq_q", None)
@@ -157,7 +165,8 @@ class ProblemError(ValueError):
 
 def make_problem(*, batch: int | None = None, heads_q: int, heads_kv: int | None = None, seq_q: int | None = None,
                  seq_k: int | None = None, head_dim: int, head_dim_v: int | None = None, scale: float = 0.0,
-                 layout: str = "bshd", seqlens_q=None, seqlens_k=None, pad: int = 0) -> AttentionProblem:
+                 layout: str = "bshd", seqlens_q=None, seqlens_k=None, pad: int = 0,
+                 causal: bool | None = None) -> AttentionProblem:
     """A checked problem (ProblemError naming the field). Varlen: give seqlens_q and seqlens_k; batch and the
     max lengths follow from them."""
     heads_kv = heads_q if heads_kv is None else heads_kv
@@ -174,6 +183,8 @@ def make_problem(*, batch: int | None = None, heads_q: int, heads_kv: int | None
         raise ProblemError(f"scale={scale!r}: a finite number >= 0 is expected (0 = 1/sqrt(head_dim))")
     if isinstance(pad, bool) or not isinstance(pad, int) or not 0 <= pad <= 4096:
         raise ProblemError(f"pad={pad!r}: an integer 0..4096 (extra elements per row) is expected")
+    if causal is not None and not isinstance(causal, bool):
+        raise ProblemError(f"causal={causal!r}: true or false is expected (leave it out: the instance's mask)")
     if (seqlens_q is None) != (seqlens_k is None):
         raise ProblemError("variable lengths need both seqlens_q and seqlens_k")
     if seqlens_q is not None:
@@ -188,12 +199,12 @@ def make_problem(*, batch: int | None = None, heads_q: int, heads_kv: int | None
         if batch is not None and batch != len(lq):
             raise ProblemError(f"batch={batch} but {len(lq)} sequence lengths")
         return AttentionProblem(len(lq), heads_q, heads_kv, max(lq), max(max(lk), 1), head_dim, head_dim_v,
-                                float(scale), layout, lq, lk, pad)
+                                float(scale), layout, lq, lk, pad, causal)
     for name, v in (("batch", batch), ("seq_q", seq_q), ("seq_k", seq_k)):
         if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_DIM:
             raise ProblemError(f"{name}={v!r}: a positive integer is expected")
     return AttentionProblem(batch, heads_q, heads_kv, seq_q, seq_k, head_dim, head_dim_v, float(scale), layout,
-                            pad=pad)
+                            pad=pad, causal=causal)
 
 
 # ------------------------------------------------------------------------------------- can implement
@@ -208,6 +219,9 @@ def not_supported_reasons(inst, p: AttentionProblem) -> list[str]:
     if p.varlen != inst.varlen:
         out.append("variable lengths (cu_seqlens) need a varlen instance" if p.varlen
                    else "a varlen instance runs only cu_seqlens problems")
+    why = mask_mismatch(getattr(inst.mask, "value", inst.mask), p)
+    if why:
+        out.append(why)
     if not inst.key_tail and any(sk % inst.tile_kv for _, sk in p.lengths()):
         out.append(f"seq_k not a multiple of tile_kv={inst.tile_kv} and the instance has key_tail false")
     # the sm80 kernel's 32-bit row offsets
@@ -232,6 +246,22 @@ def not_supported_reasons(inst, p: AttentionProblem) -> list[str]:
     return out
 
 
+def mask_mismatch(mask: str, p: AttentionProblem) -> str | None:
+    """Why an instance with `mask` (a Mask value) does not compute the mask problem `p` asks for, or None."""
+    if p.causal is None:
+        return None
+    if not p.causal:
+        return None if mask == "none" else f"the problem asks for no mask; the instance's mask is {mask}"
+    if mask == "causal_top_left":
+        return None
+    if mask == "causal_bottom_right":
+        if all(sq == sk for sq, sk in p.lengths()):
+            return None
+        return ("the problem asks for causal from the top-left (torch's is_causal) with seq_q != seq_k; the "
+                "instance's mask is causal_bottom_right")
+    return f"the problem asks for a causal mask; the instance's mask is {mask}"
+
+
 def visible_keys(mask: str, sq: int, sk: int, i: int) -> int:
     """How many keys (a prefix 0..n-1) query row i of a (sq, sk) sequence sees under `mask` (a Mask value)."""
     if mask == "none":
@@ -246,7 +276,7 @@ _KEYS = {
     "hkv": "heads_kv", "heads_kv": "heads_kv", "sq": "seq_q", "seq_q": "seq_q", "sk": "seq_k", "seq_k": "seq_k",
     "s": "s", "d": "head_dim", "head_dim": "head_dim", "dv": "head_dim_v", "head_dim_v": "head_dim_v",
     "scale": "scale", "layout": "layout", "lq": "seqlens_q", "seqlens_q": "seqlens_q", "lk": "seqlens_k",
-    "seqlens_k": "seqlens_k", "pad": "pad",
+    "seqlens_k": "seqlens_k", "pad": "pad", "causal": "causal", "mask": "causal",
 }
 PROBLEM_KEYS = tuple(sorted(set(_KEYS.values()) - {"s"}))
 
@@ -263,6 +293,8 @@ def parse_problem_text(text: str) -> dict[str, Any]:
         raise ValueError("an empty problem")
     out: dict[str, Any] = {}
     for part in text.split(","):
+        if part.strip().lower() in ("causal", "full"):     # a bare mask word
+            part = f"causal={int(part.strip().lower() == 'causal')}"
         if "=" not in part:
             raise ValueError(f"'{part.strip()}' is not key=value")
         key, value = (x.strip() for x in part.split("=", 1))
@@ -276,9 +308,13 @@ def parse_problem_text(text: str) -> dict[str, Any]:
                 v = float(value)
             elif canon == "layout":
                 v = value.lower()
+            elif canon == "causal":
+                words = {"1": True, "true": True, "causal": True, "yes": True, "0": False, "false": False,
+                         "none": False, "full": False, "no": False}
+                v = words[value.lower()]
             else:
                 v = _int_text(value)
-        except ValueError:
+        except (ValueError, KeyError):
             raise ValueError(f"{key}={value!r} is not a valid value") from None
         if canon == "s":
             out.setdefault("seq_q", v)
@@ -304,5 +340,5 @@ def parse_problem(text: str, where: str = "<command line>") -> AttentionProblem:
                         fix="write the problem as comma-separated key=value pairs") from None
 
 
-__all__ = ["AttentionProblem", "ProblemError", "make_problem", "not_supported_reasons", "visible_keys",
+__all__ = ["AttentionProblem", "ProblemError", "make_problem", "not_supported_reasons", "visible_keys", "mask_mismatch",
            "parse_problem", "parse_problem_text", "PROBLEM_KEYS", "LAYOUTS"]

@@ -10,8 +10,8 @@ one; this module names them and adapts signatures.
     abi.py         the host shim's emitter_attention_problem (c_problem)
     flops.py       exact FLOPs over the unmasked pairs
 
-Profile hooks (baselines: torch SDPA cuDNN / flash / efficient) are not provided yet: verify runs, profile
-reports the family as not profilable (emitter.families.base.PROFILE_HOOKS).
+    profile.py     profile: the profile problem (sizes + causal) and op, device-resident operand sets,
+                   kernel launches, the torch SDPA baselines (cuDNN, flash, efficient), the check
 """
 
 from __future__ import annotations
@@ -33,11 +33,16 @@ from emitter.families.attention.problem import (
 )
 from emitter.families.attention.problem import not_supported_reasons as _reasons
 from emitter.families.attention.reference import reference  # noqa: F401
+from emitter.families.attention.profile import (  # noqa: F401
+    BASELINE_PROVIDERS, BASELINES, baseline, kernel_launch, profile_allocate, profile_applies, profile_check,
+    profile_fake_problem,
+    profile_min_bytes, profile_op, profile_op_from_json, profile_poison, profile_problem, profile_problem_from_dict,
+    profile_set_bytes,
+)
 from emitter.families.base import Footprint
 
 NAME = "attention"
 PROBLEM_KEYS = _KEYS + ("data", "label")
-BASELINES: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -87,7 +92,7 @@ def parse_problem(text: str, where: str = "<command line>") -> list[dict[str, An
         d = parse_problem_text(text)
     except ValueError as e:
         raise SpecError(f"bad attention problem {text!r}: {e}", file=where, key_path="--problem", value=text,
-                        allowed="b=2,hq=16,hkv=4,sq=1000,sk=1000,d=128[,dv=..][,scale=..][,layout=bhsd]; varlen: "
+                        allowed="b=2,hq=16,hkv=4,sq=1000,sk=1000,d=128[,dv=..][,scale=..][,layout=bhsd][,causal]; varlen: "
                                 "lq=100:37,lk=120:40", fix="comma-separated key=value pairs") from None
     return [d]
 
@@ -225,4 +230,7 @@ def fake_run(cfg: AttentionConfig, p: AttentionProblem, buffers: Mapping[str, An
 __all__ = ["NAME", "DATA_KINDS", "PROBLEM_KEYS", "FAKE_FAULTS", "BASELINES", "AttentionConfig", "config_from_entry",
            "problem_from_dict", "problem_to_dict", "problem_label", "parse_problem", "problem_from_mapping",
            "default_problems", "not_supported_reasons", "resolve_problem", "with_options", "footprint", "flops",
-           "make_inputs", "reference", "compare", "c_problem", "fake_run"]
+           "make_inputs", "reference", "compare", "c_problem", "fake_run", "BASELINE_PROVIDERS", "baseline",
+           "kernel_launch", "profile_allocate", "profile_applies", "profile_check", "profile_fake_problem", "profile_min_bytes",
+           "profile_op", "profile_op_from_json", "profile_poison", "profile_problem", "profile_problem_from_dict",
+           "profile_set_bytes"]
