@@ -109,8 +109,12 @@ def tdtype(torch, dt: str):
     return {"f16": torch.float16, "bf16": torch.bfloat16}[dt]
 
 
-def bench_case(torch, timer: Timer, layer, op: str, dt: str, kernels: list, n: int) -> dict:
+def bench_case(torch, timer: Timer, layer, op: str, dt: str, kernels: list, n: int, sm_count: int = 132) -> dict:
+    from dataclasses import replace
+
     import torch.nn.functional as F
+
+    from emitter.families.conv import runtime as hooks
 
     from emitter.families.conv.flops import conv_flops
     from emitter.families.conv.runner import CannotRun
@@ -168,24 +172,30 @@ def bench_case(torch, timer: Timer, layer, op: str, dt: str, kernels: list, n: i
         else:
             ksets = sets
         out_name = {"fprop": "y", "dgrad": "x", "wgrad": "w"}[op]
-        prepared = []
-        try:
-            stream = torch.cuda.current_stream().cuda_stream
-            for s in ksets:
-                ptrs = {t: s[t].data_ptr() for t in ("x", "w", "y")}
-                ptrs[out_name] = s["out"].data_ptr()
-                prepared.append(k.prepare(kp, ptrs, stream))
-        except CannotRun:
-            continue
-        except Exception as e:  # noqa: BLE001
-            log(f"  {k.name}: cannot prepare {label} {op}: {e}")
-            continue
+        # a serial split-K instance runs at each slice count of split_k_choices (one wave of SMs, half, double):
+        # a run-time problem field, so one instance covers every layer; each count is its own candidate
+        for split in hooks.split_k_choices(k.cfg, kp, sm_count):
+            sp = replace(kp, split_k=split)
+            variant = k.name if split == 1 else f"{k.name}@splitk{split}"
+            prepared = []
+            try:
+                stream = torch.cuda.current_stream().cuda_stream
+                for s in ksets:
+                    ptrs = {t: s[t].data_ptr() for t in ("x", "w", "y")}
+                    ptrs[out_name] = s["out"].data_ptr()
+                    # keep each set's workspace (split-K semaphores) alive: prepare() holds only the last one
+                    prepared.append((*k.prepare(sp, ptrs, stream), getattr(k, "_workspace", None)))
+            except CannotRun:
+                continue
+            except Exception as e:  # noqa: BLE001
+                log(f"  {variant}: cannot prepare {label} {op}: {e}")
+                continue
 
-        def launch(i, k=k, prepared=prepared):
-            packed, ln = prepared[i % len(prepared)]
-            k.launch(packed, ln, torch.cuda.current_stream().cuda_stream)
-        fns[k.name] = launch
-        launches[k.name] = (ksets, out_name)
+            def launch(i, k=k, prepared=prepared):
+                packed, ln, _ws = prepared[i % len(prepared)]
+                k.launch(packed, ln, torch.cuda.current_stream().cuda_stream)
+            fns[variant] = launch
+            launches[variant] = (ksets, out_name, k.name, split)
     if len(fns) == 1:        # cuDNN's figure still goes into the table
         t_cudnn = timer.time(fns)["cudnn"]
         return {"layer": label, "op": op, "dtype": dt, "kernel": None, "reason": "no kernel can run this layer",
@@ -195,7 +205,7 @@ def bench_case(torch, timer: Timer, layer, op: str, dt: str, kernels: list, n: i
     times = timer.time(fns)
     best = min((n_ for n_ in fns if n_ != "cudnn"), key=lambda n_: times[n_])
     # cross-check the best kernel against cuDNN on set 0
-    ksets, out_name = launches[best]
+    ksets, out_name, best_kernel, best_split = launches[best]
     ksets[0]["out"].fill_(float("nan"))
     fns[best](0)
     torch.cuda.synchronize()
@@ -203,7 +213,8 @@ def bench_case(torch, timer: Timer, layer, op: str, dt: str, kernels: list, n: i
     got = nchw(ksets[0]["out"]).float()
     rel = float((got - ref).norm() / max(ref.norm(), 1e-30))
     ok = math.isfinite(rel) and rel < 2e-2
-    row = {"layer": label, "op": op, "dtype": dt, "kernel": best, "time_ms": times[best], "cudnn_ms": times["cudnn"],
+    row = {"layer": label, "op": op, "dtype": dt, "kernel": best_kernel, "split_k": best_split, "variant": best,
+           "time_ms": times[best], "cudnn_ms": times["cudnn"],
            "problem": {"n": p.n, "h": p.h, "w": p.w, "c": p.c, "k": p.k, "r": p.r, "s": p.s, "stride": st, "pad": pad},
            "tflops": flops / (times[best] * 1e-3) / 1e12, "cudnn_tflops": flops / (times["cudnn"] * 1e-3) / 1e12,
            "ratio": times["cudnn"] / times[best], "check_rel_err": rel, "check": "ok" if ok else "MISMATCH",
@@ -228,7 +239,7 @@ def table(rows: list[dict], gpu: str) -> tuple[str, dict]:
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         f = (lambda v: f"{v:.0f}" if v else "-")
-        lines.append(f"| {r['layer']} | {r['op']} | {r['dtype']} | {short(r.get('kernel'))} | {f(r.get('tflops'))} | "
+        lines.append(f"| {r['layer']} | {r['op']} | {r['dtype']} | {short(r.get('variant') or r.get('kernel'))} | {f(r.get('tflops'))} | "
                      f"{f(r.get('cudnn_tflops'))} | {r['ratio']:.2f}x | {r.get('check', r.get('reason', ''))} | {gpu} |"
                      if r.get("ratio") else
                      f"| {r['layer']} | {r['op']} | {r['dtype']} | - | - | {f(r.get('cudnn_tflops'))} | - | "
@@ -298,20 +309,21 @@ def main() -> int:
     t_verify = time.perf_counter() - t_start - t_build
 
     gpu = torch.cuda.get_device_name()
+    sm_count = torch.cuda.get_device_properties(0).multi_processor_count
     timer = Timer(torch, args.reps, args.min_ms, args.warmup)
     rows = []
     for op in args.ops.split(","):
         for layer in LAYERS:
             for dt in args.dtypes.split(","):
                 try:
-                    row = bench_case(torch, timer, layer, op, dt, kernels, args.n)
+                    row = bench_case(torch, timer, layer, op, dt, kernels, args.n, sm_count)
                 except Exception as ex:  # noqa: BLE001
                     row = {"layer": layer[0], "op": op, "dtype": dt, "kernel": None, "reason": f"error: {ex}",
                            "tflops": None, "cudnn_tflops": None, "ratio": None}
                 rows.append(row)
                 if row.get("ratio"):
                     log(f"{layer[0]:20s} {op} {dt:4s} {row['tflops']:6.0f} TFLOP/s  cuDNN {row['cudnn_tflops']:6.0f}  "
-                        f"{row['ratio']:.2f}x  {row['check']}  {short(row['kernel'])}")
+                        f"{row['ratio']:.2f}x  {row['check']}  {short(row.get('variant') or row['kernel'])}")
                 else:
                     cu = row.get("cudnn_tflops")
                     log(f"{layer[0]:20s} {op} {dt:4s} -- {row.get('reason')}" + (f" (cuDNN {cu:.0f} TFLOP/s)" if cu else ""))

@@ -1,6 +1,6 @@
-"""The conv family's run-time hooks (emitter.families.base.RuntimeFamily, verify part): what verify and the
-runtime backends call for a manifest entry with `family: conv`. Profile hooks are not provided yet
-(benchmarks/conv_bench.py times conv kernels against cuDNN through runner.py instead).
+"""The conv family's run-time hooks (emitter.families.base.RuntimeFamily): what verify, profile and the runtime
+backends call for a manifest entry with `family: conv`. The profile hooks (PROFILE_HOOKS, cuDNN baseline) are in
+profile.py; split_k_choices / profile_splits pick serial split-K slice counts per problem.
 
     config.py     ConvConfig (config_from_entry)
     problem.py    ConvProblem, labels, default problems, not_supported_reasons, problem strings
@@ -8,6 +8,7 @@ runtime backends call for a manifest entry with `family: conv`. Profile hooks ar
     reference.py  float64 reference (numpy; torch on a GPU), tolerance, compare
     fake.py       the fake backend's independent computation and its planted faults
     abi.py        the host shim's emitter_conv_problem (c_problem)
+    profile.py    ConvOp, ConvProfileProblem, operand sets, ConvLaunch, the cuDNN baseline, the profile check
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from emitter.runtime.backend import CannotImplement
 NAME = "conv"
 DATA_KINDS = ("normal", "int")
 FAKE_FAULTS = _fake.FAKE_FAULTS
-BASELINES: tuple[str, ...] = ()
+BASELINES: tuple[str, ...] = ("cudnn",)
 
 
 def config_from_entry(entry: Mapping[str, Any], root: Any = None) -> ConvConfig:
@@ -72,6 +73,38 @@ def resolve_problem(cfg: ConvConfig, p: ConvProblem) -> ConvProblem:
 
 def with_options(cfg: ConvConfig, p: ConvProblem, options: int) -> ConvProblem | str:
     return p if options == 0 else "conv instances have no run-time scheduler options"
+
+
+SPLIT_K_MAX = 64             # serial split-K slices at most (each slice's epilogue waits for the one before it)
+MIN_SLICE_K_ITERS = 8        # main-loop iterations a slice keeps at least
+
+
+def split_k_choices(cfg: ConvConfig, p: ConvProblem, sm_count: int = 132) -> list[int]:
+    """Serial split-K slice counts worth timing for a split-K instance on p ([1] for any other instance): the
+    count that makes output tiles x slices fill one wave of `sm_count` CTAs, its half and its double, each slice
+    keeping at least MIN_SLICE_K_ITERS tile-k iterations. wgrad's implicit GEMM (M = K, N = C*R*S, K-dim = N*P*Q)
+    has few output tiles and a huge reduction: C64 K64 3x3 is 5 tiles of 128x128, so 1 slice leaves 127 of 132
+    SMs idle."""
+    if cfg.split_k != "serial":
+        return [1]
+    m, n, k = p.gemm(cfg.op)
+    tm, tn, tk = cfg.tile
+    tiles = -(-m // tm) * -(-n // tn)
+    most = max(1, min(SPLIT_K_MAX, -(-k // tk) // MIN_SLICE_K_ITERS))
+    wave = -(-max(sm_count, 1) // tiles)
+    return sorted({max(1, min(most, s)) for s in (wave // 2, wave, 2 * wave)})
+
+
+def choose_split_k(cfg: ConvConfig, p: ConvProblem, sm_count: int = 132) -> int:
+    """The one slice count to run without timing (the one-wave count of split_k_choices)."""
+    picks = split_k_choices(cfg, p, sm_count)
+    return picks[len(picks) // 2] if len(picks) == 3 else picks[-1]
+
+
+def profile_splits(cfg: ConvConfig, problem: Any, sm_count: int) -> list[int]:
+    """The profile's split-K sweep (GEMM's optional hook of the same name)."""
+    p = problem.conv if hasattr(problem, "conv") else problem
+    return split_k_choices(cfg, p, sm_count)
 
 
 def flops(cfg: ConvConfig, p: ConvProblem) -> int:
@@ -154,3 +187,12 @@ def fake_run(cfg: ConvConfig, p: ConvProblem, buffers: Mapping[str, Any],
 
 
 __all__ = ["NAME", "DATA_KINDS", "FAKE_FAULTS", "BASELINES", "PROBLEM_KEYS", "replace"]
+
+
+# ---- profile (emitter.families.base.PROFILE_HOOKS): emitter/families/conv/profile.py
+from emitter.families.conv.profile import (  # noqa: E402,F401
+    BASELINE_PROVIDERS, ConvOp, ConvProfileProblem, baseline, kernel_launch, profile_allocate, profile_check,
+    profile_fake_problem, profile_min_bytes, profile_op, profile_op_from_json, profile_poison, profile_problem,
+    profile_problem_from_dict, profile_set_bytes,
+)
+from emitter.families.conv.profile import BASELINES  # noqa: E402,F401,F811
