@@ -195,3 +195,25 @@ def test_gpu_profile_hooks_on_a_built_instance(tmp_path):
     ok = [r for r in rows if r["kind"] == "kernel" and r["status"] == "ok"]
     assert ok and all(r["check"]["passed"] for r in ok)
     assert not [r for r in rows if r["kind"] == "kernel" and r["status"] == "check_failed"]
+
+
+def test_library_tuning_carries_the_benchmarked_split_count(conv_manifest, tmp_path):
+    """conv.json rows name the slice count that won (benchmarks/conv_bench.py "split_k"): the library's tuning record
+    keeps it for split-K kernels (its dispatch runs that count when the caller passes split_k_slices = 1) and
+    refuses it, with a note, for any other kernel."""
+    from emitter.families.conv.library import kernel_records, tuning_records
+
+    entries = json.loads((conv_manifest / "manifest.json").read_text())["instances"]
+    kernels = kernel_records(entries)
+    split = next(k for k in kernels if k.split_k)
+    plain = next(k for k in kernels if not k.split_k and k.op == "wgrad")
+    geo = {"n": 128, "h": 56, "w": 56, "c": 64, "k": 64, "r": 3, "s": 3, "stride": 1, "pad": 1}
+    rows = [{"layer": "a", "op": "wgrad", "dtype": "f16", "kernel": split.name, "split_k": 27, "check": "ok", "problem": geo},
+            {"layer": "b", "op": "wgrad", "dtype": "f16", "kernel": plain.name, "split_k": 5, "check": "ok",
+             "problem": dict(geo, c=128)}]
+    path = tmp_path / "conv.json"
+    path.write_text(json.dumps({"n": 128, "rows": rows}))
+    recs, notes = tuning_records(kernels, [path])
+    by = {r.kernel: r for r in recs}
+    assert by[split.index].split_k == 27
+    assert by[plain.index].split_k == 1 and any("split_k 5" in n for n in notes)

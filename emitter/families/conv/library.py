@@ -77,6 +77,7 @@ class ConvTuningRecord:
     stride: int
     p: int
     q: int
+    split_k: int = 1     # serial split-K slices the bench timed as best (conv.json row "split_k"); 1 = none
 
 
 def _error(msg: str) -> Exception:
@@ -183,7 +184,11 @@ def tuning_records(kernels: Sequence[ConvKernelRecord], paths: Sequence[Path]) -
                 notes.append(f"{where}: a second winner for {k.op} {k.a} {shape}; the first one is kept")
                 continue
             seen.add(key)
-            records.append(ConvTuningRecord(k.index, *shape))
+            split = row.get("split_k", 1)
+            if isinstance(split, bool) or not isinstance(split, int) or not 1 <= split <= 1024 or (split > 1 and not k.split_k):
+                notes.append(f"{where}: split_k {split!r} does not fit {k.name} (1..1024, > 1 for split-K kernels only): 1 used")
+                split = 1
+            records.append(ConvTuningRecord(k.index, *shape, split_k=split))
     return records, notes
 
 

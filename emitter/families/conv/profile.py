@@ -494,7 +494,7 @@ def profile_check(data: ConvProfileData, cfg: Any, use_torch: bool, **run_option
         if got_t is None or got_t[0] != 0:
             return {"passed": None, "reason": "no baseline result of set 0 to check", "rel_err": None,
                     "tolerance": None, "unwritten": 0, "nonfinite": None, "mismatches": None, "reference": None}
-        got, unwritten = got_t[1].float(), 0
+        got, unwritten, mask = got_t[1].float(), 0, None
     else:
         o = v[out]
         int_view = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[c.bytes]
@@ -507,12 +507,13 @@ def profile_check(data: ConvProfileData, cfg: Any, use_torch: bool, **run_option
     tol = float(_reference.tolerance(op.c if op.a != "tf32" else "tf32", k))
     if op.a == "bf16":
         tol = max(tol, float(_reference.tolerance("bf16", k)))
-    nonfinite = int((~torch.isfinite(got)).sum().item()) - unwritten
+    bad = ~torch.isfinite(got)
+    nonfinite = int((bad & ~mask).sum().item() if mask is not None else bad.sum().item())
     diff = (got - ref).double()
     finite = torch.isfinite(diff)
     rel = float(diff[finite].norm() / max(float(ref.double().norm()), 1e-30)) if bool(finite.any()) else float("inf")
     mism = int(((diff.abs() > 1e-2 * (1 + ref.double().abs())) & finite).sum().item())
-    passed = unwritten == 0 and nonfinite <= 0 and rel <= tol
+    passed = unwritten == 0 and nonfinite == 0 and rel <= tol
     reason = None
     if unwritten:
         reason = f"{unwritten} output elements never written (poison left)"
@@ -521,7 +522,7 @@ def profile_check(data: ConvProfileData, cfg: Any, use_torch: bool, **run_option
     elif rel > tol:
         reason = f"relative error {rel:.3g} above tolerance {tol:.3g}"
     return {"passed": passed, "reason": reason, "rel_err": rel, "tolerance": tol, "unwritten": unwritten,
-            "nonfinite": max(nonfinite, 0), "mismatches": mism,
+            "nonfinite": nonfinite, "mismatches": mism,
             "reference": "torch float32 (no TF32) on the GPU, every element"}
 
 

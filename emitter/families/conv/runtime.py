@@ -96,9 +96,14 @@ def split_k_choices(cfg: ConvConfig, p: ConvProblem, sm_count: int = 132) -> lis
 
 
 def choose_split_k(cfg: ConvConfig, p: ConvProblem, sm_count: int = 132) -> int:
-    """The one slice count to run without timing (the one-wave count of split_k_choices)."""
-    picks = split_k_choices(cfg, p, sm_count)
-    return picks[len(picks) // 2] if len(picks) == 3 else picks[-1]
+    """The one slice count to run without timing: the one-wave count of split_k_choices (the library's
+    conv_split_k in templates/conv/library/api.cpp.j2 computes the same)."""
+    if cfg.split_k != "serial":
+        return 1
+    m, n, k = p.gemm(cfg.op)
+    tm, tn, tk = cfg.tile
+    most = max(1, min(SPLIT_K_MAX, -(-k // tk) // MIN_SLICE_K_ITERS))
+    return max(1, min(most, -(-max(sm_count, 1) // (-(-m // tm) * -(-n // tn)))))
 
 
 def profile_splits(cfg: ConvConfig, problem: Any, sm_count: int) -> list[int]:
