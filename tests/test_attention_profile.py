@@ -4,6 +4,7 @@ instances through the family's profile hooks (fake backend: tuning table, winner
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -226,3 +227,38 @@ def test_profile_check_catches_unwritten_wrong_and_passes_right(attention_manife
         assert not nomask["passed"] and "max |o - ref|" in nomask["reason"]
     flipped = check(edit=lambda o: o.__setitem__(slice(None), encode(-np.ones(o.size), cfg.dtype)))
     assert not flipped["passed"]
+
+
+# ---------------------------------------------------------------------------------------------- on the GPU
+@pytest.mark.gpu
+def test_gpu_profile_kernels_and_sdpa_baselines(tmp_path):
+    """`emitter profile` (pycuda) of the built sm90a verify instances on one full and one causal d128 problem:
+    each kernel checked and timed on the device operand sets, the SDPA baselines timed on the same buffers (or
+    recorded unavailable), a winner per problem. Needs EMITTER_ATTENTION_SM90A_BUILD (see
+    tests/test_attention_sm90a_gpu.py)."""
+    import os
+    import subprocess
+    import sys
+
+    torch = pytest.importorskip("torch")
+    root = os.environ.get("EMITTER_ATTENTION_SM90A_BUILD", "")
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs a compute capability 9.0 GPU")
+    if not root or not (Path(root) / "manifest.json").is_file():
+        pytest.skip("EMITTER_ATTENTION_SM90A_BUILD does not name a built sm90a attention directory")
+    out = tmp_path / "p"
+    cmd = [sys.executable, "-m", "emitter", "profile", root, "--quick", "-o", str(out), "--select", "head_dim=128",
+           "--problem", "b=2,hq=8,s=1024,d=128", "--problem", "b=2,hq=8,s=1024,d=128,causal"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    tuning = json.loads((out / "tuning.json").read_text())
+    got = {e["problem"]["causal"]: e for e in tuning["entries"] if e["op"].get("family") == "attention"}
+    assert set(got) == {False, True}, tuning["entries"]
+    assert "nomask" in got[False]["kernel"] and "causal" in got[True]["kernel"]
+    prof = json.loads((out / "profile.json").read_text())
+    rows = prof["measurements"] if "measurements" in prof else prof["results"]
+    kernels = [r for r in rows if r["kind"] == "kernel" and r["status"] == "ok"]
+    assert kernels and all(r["check"]["passed"] for r in kernels)
+    bases = [r for r in rows if r["kind"] == "baseline"]
+    assert {r["name"] for r in bases} == {"sdpa_cudnn", "sdpa_flash", "sdpa_efficient"}
+    assert all(r["status"] in ("ok", "unavailable") for r in bases)
