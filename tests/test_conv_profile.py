@@ -217,3 +217,39 @@ def test_library_tuning_carries_the_benchmarked_split_count(conv_manifest, tmp_p
     by = {r.kernel: r for r in recs}
     assert by[split.index].split_k == 27
     assert by[plain.index].split_k == 1 and any("split_k 5" in n for n in notes)
+
+
+def test_export_takes_a_conv_bench_table_through_tuning(tmp_path):
+    """`emitter library --tuning conv.json`: the conv bench's table goes to the conv library hook (not GEMM's tuning
+    loader, which would refuse it), and its split count reaches the generated tuning records."""
+    from emitter.library.export import export_library
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("""\
+kernels:
+  - arch: sm80
+    dtype: {a: f16, b: f16, c: f16, d: f16, accumulator: f32}
+    layout: tn
+    tile: 64x64x64
+    warp: 32x32x64
+    stages: 3
+  - family: conv
+    arch: sm80
+    op: wgrad
+    dtype: {a: f16, c: f16, accumulator: f32, epilogue: f32}
+    tile: 128x128x32
+    warp: 64x64x32
+    stages: 4
+    split_k: serial
+""")
+    emit([spec], tmp_path / "gen", jobs=1)
+    name = next(e["name"] for e in json.loads((tmp_path / "gen" / "manifest.json").read_text())["instances"]
+                if e.get("family") == "conv")
+    table = tmp_path / "bench" / "conv.json"          # not beside the manifest: only --tuning names it
+    table.parent.mkdir()
+    table.write_text(json.dumps({"n": 128, "rows": [
+        {"layer": "C64 56² K64 3x3", "op": "wgrad", "dtype": "f16", "kernel": name, "split_k": 27, "check": "ok",
+         "problem": {"n": 128, "h": 56, "w": 56, "c": 64, "k": 64, "r": 3, "s": 3, "stride": 1, "pad": 1}}]}))
+    export_library([tmp_path / "gen"], "cvt", tmp_path / "lib", tuning=[table])
+    src = "\n".join(p.read_text() for p in (tmp_path / "lib" / "src").rglob("*table*.cpp"))
+    assert "{0, 128, 56, 56, 64, 64, 3, 3, 1, 56, 56, 27}," in src        # kernel 0, the layer, 27 slices
