@@ -9,14 +9,16 @@ On the GPU machine (H100 / H200), from the repository root:
 2. verify every built kernel on its default problems (odd C/K/H/W, stride 2, dilation 2, 1x1, 7x7, asymmetric
    padding, beta 0 and != 0) against a float64 torch reference with poisoned outputs (emitter.families.conv.runner);
    a kernel that fails is not timed;
-3. per layer, op (fprop, then dgrad, wgrad) and dtype: every verified kernel that can run the layer and cuDNN
+3. per layer, op (fprop, then dgrad, wgrad) and dtype: every verified kernel that can run the layer (a serial
+   split-K instance once per slice count of runtime.split_k_choices: about one wave of SMs, half, double) and cuDNN
    (torch.backends.cudnn.benchmark = True, channels_last; dgrad / wgrad through torch.nn.grad.conv2d_input /
    conv2d_weight) on the same input buffers, rotated through enough sets to pass the L2; the same warm-up for
    every function, then --reps timings of a batch of back-to-back calls between two CUDA events, the functions in
    alternation, median per call;
 4. cross-check the best kernel's output against cuDNN's on the full layer;
 5. print the table (layer, op, dtype, best kernel, TFLOP/s, cuDNN TFLOP/s, ratio, GPU) and geometric means, and
-   write conv.json + conv.md under --out (and --doc).
+   write conv.json + conv.md under --out (and --doc); a row names its kernel, the slice count it won with
+   (`split_k`, which `emitter library --tuning conv.json` dispatches) and every candidate's TFLOP/s.
 
 TFLOP/s = 2 * N * K * P * Q * C * R * S / t (the issue's convention; the first layer counts C = 3 although the
 sm80 fixed-channels kernel reads its input padded to C = 4).
