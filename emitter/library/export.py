@@ -69,6 +69,7 @@ class ExportResult:
     unchanged: int = 0
     removed: list[str] = field(default_factory=list)
     manifest: dict[str, Any] = field(default_factory=dict)
+    families: dict[str, int] = field(default_factory=dict)              # other families exported: kernel counts
 
 
 def check_name(name: str) -> str:
@@ -381,7 +382,7 @@ def export_library(manifest_dirs: Sequence[str | Path], name: str, out: str | Pa
                 raise LibraryError(f"{out} exists and is not an exported library (no {LIBRARY_KIND} manifest.json); "
                                    f"choose another -o or pass --force to write into it") from None
     result = ExportResult(out=out, name=name, kernels=kernels, tuning=tuning_recs, skipped=skipped,
-                          dropped_tuning=dropped, notes=notes)
+                          dropped_tuning=dropped, notes=notes, families={p.family: p.kernels for p in family_pieces})
     for rel, text in files.items():
         if write_if_changed(out / rel, text):
             result.written.append(rel)

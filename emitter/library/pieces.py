@@ -91,6 +91,7 @@ def context(pieces: Sequence[LibraryPieces]) -> dict[str, Any]:
     ctx["library_c_functions"] = [f for p in pieces for f in p.c_functions]
     ctx["library_python_names"] = [n for p in pieces for n in p.python_names]
     ctx["library_sources"] = [s for p in pieces for s in p.sources]
+    ctx["library_family_kernels"] = [(p.family, p.kernels) for p in pieces]   # (family, kernel count)
     for p in pieces:
         ctx[p.family] = p.context
     return ctx
