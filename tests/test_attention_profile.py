@@ -262,3 +262,77 @@ def test_gpu_profile_kernels_and_sdpa_baselines(tmp_path):
     bases = [r for r in rows if r["kind"] == "baseline"]
     assert {r["name"] for r in bases} == {"sdpa_cudnn", "sdpa_flash", "sdpa_efficient"}
     assert all(r["status"] in ("ok", "unavailable") for r in bases)
+
+
+def test_kernel_launch_fills_one_params_block_per_set_and_refuses_what_it_cannot_run(attention_manifest):
+    """The GPU launch path with a stand-in shim and function: one query/initialize per operand set with that
+    set's pointers and no LSE pointer, launch(i) on set i % sets; a problem the instance cannot run (GQA heads
+    on a non-GQA instance, the shim's can-implement) is CannotImplement before any launch."""
+    from types import SimpleNamespace
+
+    from emitter.families.attention import profile as prof
+    from emitter.runtime.backend import CannotImplement
+    from emitter.runtime.shim import EMITTER_CANNOT_IMPLEMENT, EMITTER_OK
+
+    entries = json.loads((attention_manifest / "manifest.json").read_text())["instances"]
+    by_gqa = {e["config"]["gqa"]: e for e in entries if e["config"]["mask"] == "causal_top_left"
+              and e["config"]["tile_kv"] == 64}
+    seen, launched = [], []
+
+    class Shim:
+        status = EMITTER_OK
+
+        def query(self, prob):
+            seen.append((prob.q, prob.o, prob.lse, prob.heads_kv, prob.seq_q))
+            return self.status, SimpleNamespace(workspace_bytes=0, params_bytes=128)
+
+        def initialize(self, prob, ws, stream, capacity):
+            launch = SimpleNamespace(grid=(8, 2, 4), block=(384, 1, 1), shared_bytes=1000, params_bytes=128,
+                                     as_dict=lambda: {"grid": [8, 2, 4]})
+            return EMITTER_OK, bytes([prob.q]) * 128, launch
+
+    class Fn:
+        def allow_shared(self, n):
+            assert n == 1000
+
+        def launch(self, grid, block, shared, stream, packed):
+            launched.append((grid, packed.size))
+
+    def kernel(entry, shim):
+        return SimpleNamespace(name=entry["name"], config=hooks.config_from_entry(entry), handle={"shim": shim, "fn": Fn()})
+
+    pp = prof.AttentionProfileProblem(2, 8, 2, 1024, 1024, 64, 64, True)
+    op = prof.profile_op(hooks.config_from_entry(by_gqa[True]))
+    vp = pp.verify_problem()
+    data = prof.AttentionData(op, pp, vp, [{"q": 11, "k": 12, "v": 13, "o": 14}, {"q": 21, "k": 22, "v": 23, "o": 24}],
+                              None)
+    stream = SimpleNamespace(handle=0, synchronize=lambda: None)
+    launch = prof.kernel_launch(kernel(by_gqa[True], Shim()), data, stream, split_k=1, options=0)
+    assert seen == [(11, 14, None, 2, 1024), (21, 24, None, 2, 1024)]
+    for i in range(3):
+        launch(i)
+    assert launched == [((8, 2, 4), 128)] * 3 and launch.info == {"grid": [8, 2, 4]}
+    with pytest.raises(CannotImplement, match="heads_kv"):
+        prof.kernel_launch(kernel(by_gqa[False], Shim()), data, stream)
+    refusing = Shim()
+    refusing.status = EMITTER_CANNOT_IMPLEMENT
+    with pytest.raises(CannotImplement, match="can_implement"):
+        prof.kernel_launch(kernel(by_gqa[True], refusing), data, stream)
+
+
+def test_baseline_unavailable_is_a_record_not_a_crash(attention_manifest):
+    """Without torch (CI) every SDPA baseline raises BaselineUnavailable with the reason; an unknown name too."""
+    from emitter.families.attention import profile as prof
+    from emitter.families.base import BaselineUnavailable
+
+    pp = prof.AttentionProfileProblem(1, 4, 4, 64, 64, 64, 64, False)
+    op = prof.AttentionOp("f16", 64, 64, "none")
+    data = prof.AttentionData(op, pp, pp.verify_problem(), [], None)
+    with pytest.raises(BaselineUnavailable, match="no attention baseline named"):
+        prof.baseline("cublas", data, None)
+    try:
+        import torch  # noqa: F401
+    except Exception:  # noqa: BLE001
+        for name in prof.BASELINES:
+            with pytest.raises(BaselineUnavailable, match="torch"):
+                prof.baseline(name, data, None)

@@ -260,8 +260,6 @@ class KernelLaunch:
         if "shim" not in h or "fn" not in h:
             raise LaunchFailed(f"{kernel.name}: the backend's kernel handle has no host shim / function "
                                "(profiling needs the PyCUDA backend)")
-        import pycuda.driver as drv
-
         shim, self.fn = h["shim"], h["fn"]
         self._handle = int(stream.handle)
         try:
@@ -274,6 +272,8 @@ class KernelLaunch:
                     raise LaunchFailed(f"emitter_{kernel.name}_query returned {status_name(status)}")
                 ws = 0
                 if int(q.workspace_bytes) > 0:
+                    import pycuda.driver as drv
+
                     buf = drv.mem_alloc(int(q.workspace_bytes))
                     self._allocs.append(buf)
                     ws = int(buf)
