@@ -5,7 +5,7 @@ On the GPU machine (H100 / H200), from the repository root:
 
     python3 benchmarks/attention_bench.py --out $OUT/attention -j 16 [--doc docs/attention_performance.md]
 
-1. emit the specs (default configs/attention/sm90a_bench.yaml and its alternatives sm90a_bench_sweep.yaml, 30
+1. emit the specs (default configs/attention/sm90a_bench.yaml and its alternatives sm90a_bench_sweep.yaml, 32
    instances: each case takes the fastest verified kernel of both) and build them (`emitter build -j N`; -DNDEBUG,
    a kernel whose wgmma ptxas serialized fails its build);
 2. verify every built kernel on fresh random inputs against a float64 torch reference (poisoned outputs,
