@@ -5,8 +5,8 @@
 #   source .device-wheels/setup.sh; source .device-wheels-ray/setup.sh; bash scripts/ray_gpu_check.sh
 # About 4 minutes on an H100 machine of 16 cores (4 sm90a instances: ~1.5 min of nvcc, 2 x ~1 min of profile).
 set -euo pipefail
-OUT=${OUT:-generated/ray_check}
-RES=${RES:-results/ray_check}
+OUT=${RAY_CHECK_DIR:-generated/ray_check}   # not $OUT: the device tool sets that to its own folder
+RES=${RAY_CHECK_RESULTS:-results/ray_check}
 python3 -c "import ray; print('ray', ray.__version__, ray.__file__)"
 python3 -m emitter emit configs/gemm/sm90a_bf16.yaml -o "$OUT"
 /usr/bin/time -f "ray build: %e s wall" python3 -m emitter build "$OUT" --executor ray --no-cache --no-progress

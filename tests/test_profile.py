@@ -203,7 +203,7 @@ BAD = [
      "timing.min_duration_ms", "not both"),
     ("manifests: [x]\nproblems: [{square: 64}]\ntiming: {rotate: sometimes}\n", 3, "timing.rotate", "rotate takes"),
     ("manifests: [x]\nproblems: [{square: 64}]\ntiming: {repeat: 3}\n", 3, "timing.repeat", "did you mean 'repeats'"),
-    ("manifests: [x]\nproblems: [{square: 64}]\nbaselines: [cudnn]\n", 3, "baselines[0]", "unknown baseline"),
+    ("manifests: [x]\nproblems: [{square: 64}]\nbaselines: [mkl]\n", 3, "baselines[0]", "unknown baseline"),
     ("manifests: [x]\nproblems: [{square: 64}]\nselect: ['a=']\n", 3, "select[0]", "key=value"),
     ("manifests: [x]\nproblems: [{square: 64}]\noutput: {csv: a/b.csv}\n", 3, "output.csv", "file name"),
     ("manifests: [x]\nproblems: [{square: 64}]\ngpus: [0, 0]\n", 3, "gpus", "twice"),

@@ -235,9 +235,12 @@ def print_table(report: Report, console: Any = None, all_kernels: bool = False) 
     title = (f"{env.get('name', '?')} ({env.get('sm_count', '?')} SMs) | baseline: "
              f"{'; '.join(report.baseline_providers()) or 'none'}")
     table = Table(title=title, title_justify="left")
+    # the baseline's own name where it is not cuBLAS (attention: sdpa_*, conv: cudnn)
+    bases = sorted({m.name for m in report.measurements if m.kind == "baseline"} - {"cublas"})
+    base_label = "cuBLAS" if not bases else "/".join(bases)
     for col, just in (("problem", "right"), ("op", "left"), ("kernel", "left"), ("time", "right"),
                       ("±IQR", "right"), ("TFLOP/s", "right"), ("GB/s", "right"), ("%peak", "right"),
-                      ("cuBLAS TFLOP/s", "right"), ("ratio", "right"), ("ties", "right")):
+                      (f"{base_label} TFLOP/s", "right"), ("ratio", "right"), ("ties", "right")):
         table.add_column(col, justify=just, overflow="fold")
     groups: dict[tuple, list[Measurement]] = defaultdict(list)
     for m in report.measurements:
@@ -273,7 +276,7 @@ def print_table(report: Report, console: Any = None, all_kernels: bool = False) 
                           _fmt(bf.get("tflops"), ".1f"), ratio_txt, ties)
     console.print(table)
     for op, g in geomeans(report).items():
-        console.print(f"{op}: geometric mean of best/cuBLAS {g['geomean_ratio']:.3f}x over {g['problems']} problems "
+        console.print(f"{op}: geometric mean of best/{base_label} {g['geomean_ratio']:.3f}x over {g['problems']} problems "
                       f"(worst {g['min_ratio']:.3f}x)")
     c = _counts(report)
     bad = {k: v for k, v in c.items() if not k.endswith(":ok")}
