@@ -287,7 +287,8 @@ def export_library(manifest_dirs: Sequence[str | Path], name: str, out: str | Pa
             raise LibraryError(f"{src}: missing (listed in {root / 'manifest.json'}); run `emitter emit` again") from None
 
     # ---- tuning ----
-    # a family's own table (benchmarks/conv_bench.py's conv.json: a 'rows' list) goes to its library hook, not GEMM's
+    # a family's own table (e.g. benchmarks/conv_bench.py's conv.json: a 'rows' list) goes to the families' library
+    # hooks (ctx["family_tuning"]; each hook keeps the rows it recognises), not GEMM's
     family_tuning = [str(t) for t in tuning if _is_rows_table(t)]
     tuning = [t for t in tuning if str(t) not in family_tuning]
     t_entries = load_all(tuning, allow_unmeasured=allow_unmeasured_tuning)
@@ -331,7 +332,7 @@ def export_library(manifest_dirs: Sequence[str | Path], name: str, out: str | Pa
         vendored_cutlass=vendor_cutlass,
     )
     if family_tuning:
-        ctx["conv_tuning"] = family_tuning
+        ctx["family_tuning"] = family_tuning
     from emitter.library import pieces as library_pieces
 
     family_pieces = library_pieces.collect(family_entries, root_of, ctx, LibraryError)

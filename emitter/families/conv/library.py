@@ -193,7 +193,7 @@ def tuning_records(kernels: Sequence[ConvKernelRecord], paths: Sequence[Path]) -
 
 
 def _tuning_paths(entries: Sequence[dict[str, Any]], roots: dict[str, Path], ctx: dict[str, Any]) -> list[Path]:
-    given = ctx.get("conv_tuning")
+    given = ctx.get("conv_tuning") or ctx.get("family_tuning")   # family_tuning: the --tuning tables export routes here
     if given:
         return [Path(p) for p in given]
     found: list[Path] = []
