@@ -135,12 +135,14 @@ def _shape(ctx: _Ctx, path: KeyPath, v: Any) -> Shape3:
         for i, d in enumerate(dims):   # blame the element that is wrong, not the shape
             if isinstance(d, bool) or not isinstance(d, int):
                 raise ctx.err(path + (i,), f"shape dimension {'MNK'[i]} must be a whole number", value=d,
-                              allowed="integers 1..4096, e.g. [128, 256, 64]")
+                              allowed="integers 1..4096, e.g. [128, 256, 64]", fix=f"write {'MNK'[i]} as an integer")
     if dims is None or any(isinstance(d, bool) or not isinstance(d, int) for d in dims):
         raise ctx.err(path, "a shape M x N x K is expected", value=v,
-                      allowed="'128x256x64' or [128, 256, 64] (a list of shapes sweeps)")
+                      allowed="'128x256x64' or [128, 256, 64] (a list of shapes sweeps)",
+                      fix="give all three dimensions, M x N x K (e.g. 128x128x32)")
     if any(d <= 0 or d > 4096 for d in dims):
-        raise ctx.err(path, "shape dimensions must be positive and at most 4096", value=v)
+        raise ctx.err(path, "shape dimensions must be positive and at most 4096", value=v,
+                      allowed="integers 1..4096", fix="use a CUTLASS tile size such as 64, 128 or 256")
     return Shape3(*dims)
 
 
