@@ -8,9 +8,8 @@ sizes and offsets and compares them with these.
 from __future__ import annotations
 
 import ctypes
-from pathlib import Path
 
-from emitter.runtime.shim import EmitterLaunch, ShimError
+from emitter.runtime.shim import HostShim
 
 ATTENTION_ABI_VERSION = 1
 
@@ -46,47 +45,9 @@ class EmitterAttentionProblem(ctypes.Structure):
     ]
 
 
-class AttentionShim:
-    """One attention instance's host shared library: emitter_<name>_query / _initialize / _name."""
-
-    def __init__(self, path: str | Path, name: str) -> None:
-        self.path = Path(path)
-        self.name = name
-        try:
-            self.lib = ctypes.CDLL(str(self.path))
-        except OSError as e:
-            raise ShimError(f"cannot load host shim {self.path}: {e}") from None
-        try:
-            self._query = getattr(self.lib, f"emitter_{name}_query")
-            self._initialize = getattr(self.lib, f"emitter_{name}_initialize")
-            self._name = getattr(self.lib, f"emitter_{name}_name")
-        except AttributeError as e:
-            raise ShimError(f"host shim {self.path} lacks an ABI symbol: {e}") from None
-        P, L = ctypes.POINTER(EmitterAttentionProblem), ctypes.POINTER(EmitterLaunch)
-        self._query.argtypes = [P, L]
-        self._query.restype = ctypes.c_int
-        self._initialize.argtypes = [P, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, L]
-        self._initialize.restype = ctypes.c_int
-        self._name.argtypes = []
-        self._name.restype = ctypes.c_char_p
-
-    def kernel_name(self) -> str:
-        raw = self._name()
-        return raw.decode() if raw else ""
-
-    def query(self, problem: EmitterAttentionProblem) -> tuple[int, EmitterLaunch]:
-        out = EmitterLaunch()
-        status = int(self._query(ctypes.byref(problem), ctypes.byref(out)))
-        return status, out
-
-    def initialize(self, problem: EmitterAttentionProblem, workspace: int | None, stream: int | None,
-                   capacity: int) -> tuple[int, bytes, EmitterLaunch]:
-        out = EmitterLaunch()
-        buf = ctypes.create_string_buffer(max(int(capacity), 1))
-        status = int(self._initialize(ctypes.byref(problem), ctypes.c_void_p(workspace or None),
-                                      ctypes.c_void_p(stream or None), buf, int(capacity), ctypes.byref(out)))
-        n = int(out.params_bytes) if status == 0 else 0
-        return status, buf.raw[:n], out
+class AttentionShim(HostShim):
+    """One attention instance's host shared library (emitter_<name>_query / _initialize / _name): the runtime's
+    HostShim, its argtypes bound to the attention problem struct."""
 
 
 __all__ = ["ATTENTION_ABI_VERSION", "EmitterAttentionProblem", "AttentionShim"]

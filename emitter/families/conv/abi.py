@@ -7,7 +7,7 @@ from __future__ import annotations
 import ctypes
 from pathlib import Path
 
-from emitter.runtime.shim import EmitterLaunch, ShimError
+from emitter.runtime.shim import HostShim, ShimError
 
 CONV_ABI_VERSION = 1
 _I3 = ctypes.c_int * 3
@@ -44,41 +44,17 @@ def c_problem_from(problem, pointers: dict[str, int]) -> EmitterConvProblem:
     return out
 
 
-class ConvShim:
-    """One conv instance's host shared library: emitter_<name>_query / _initialize / _name / _conv_abi."""
+class ConvShim(HostShim):
+    """One conv instance's host shared library: the runtime's HostShim (emitter_<name>_query / _initialize /
+    _name), which must also export emitter_<name>_conv_abi with this emitter's conv ABI version."""
 
     def __init__(self, path: str | Path, name: str) -> None:
-        self.path = Path(path)
-        self.name = name
+        super().__init__(path, name)
         try:
-            self.lib = ctypes.CDLL(str(self.path))
-        except OSError as e:
-            raise ShimError(f"cannot load host shim {self.path}: {e}") from None
-        try:
-            self._query = getattr(self.lib, f"emitter_{name}_query")
-            self._initialize = getattr(self.lib, f"emitter_{name}_initialize")
-            self._abi = getattr(self.lib, f"emitter_{name}_conv_abi")
+            abi = getattr(self.lib, f"emitter_{name}_conv_abi")
         except AttributeError as e:
             raise ShimError(f"host shim {self.path} lacks a conv ABI symbol: {e}") from None
-        P, L = ctypes.POINTER(EmitterConvProblem), ctypes.POINTER(EmitterLaunch)
-        self._query.argtypes = [P, L]
-        self._query.restype = ctypes.c_int
-        self._initialize.argtypes = [P, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, L]
-        self._initialize.restype = ctypes.c_int
-        self._abi.restype = ctypes.c_int
-        version = int(self._abi())
+        abi.restype = ctypes.c_int
+        version = int(abi())
         if version != CONV_ABI_VERSION:
             raise ShimError(f"{self.path}: conv ABI version {version}, this emitter speaks {CONV_ABI_VERSION}: rebuild")
-
-    def query(self, problem: EmitterConvProblem) -> tuple[int, EmitterLaunch]:
-        out = EmitterLaunch()
-        return int(self._query(ctypes.byref(problem), ctypes.byref(out))), out
-
-    def initialize(self, problem: EmitterConvProblem, workspace: int | None, stream: int | None,
-                   capacity: int) -> tuple[int, bytes, EmitterLaunch]:
-        out = EmitterLaunch()
-        buf = ctypes.create_string_buffer(max(int(capacity), 1))
-        status = int(self._initialize(ctypes.byref(problem), ctypes.c_void_p(workspace or None),
-                                      ctypes.c_void_p(stream or None), buf, int(capacity), ctypes.byref(out)))
-        n = int(out.params_bytes) if status == 0 else 0
-        return status, buf.raw[:n], out
