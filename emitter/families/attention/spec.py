@@ -27,8 +27,6 @@ combination (head dims an arch allows, tiles, shared memory) are the arch module
 
 from __future__ import annotations
 
-import difflib
-import itertools
 import re
 from typing import Any, Callable, Iterator
 
@@ -37,10 +35,9 @@ from emitter.errors import SpecError
 from emitter.families.attention.model import (
     AUTO, HEAD_DIMS, Arch, AttentionInstance, Layout, Mask, Schedule,
 )
-from emitter.spec.loader import Document, KeyPath, format_path
-from emitter.spec.sweep import check_sweep
-
-Assign = dict[str, Any]
+from emitter.spec import points
+from emitter.spec.loader import Document, KeyPath
+from emitter.spec.points import Assign
 Parser = Callable[[Document, KeyPath, Any], Any]
 
 _TILE_RE = re.compile(r"^\s*(\d+)\s*[xX,]\s*(\d+)\s*$")
@@ -143,18 +140,7 @@ _layout = _enum(Layout, {"thd": "bshd", "bsnd": "bshd", "bnsd": "bhsd"})
 
 
 def _leaf(canon: str, parser: Parser, *, tile: bool = False):
-    def group(doc: Document, path: KeyPath, v: Any) -> list[Assign]:
-        if isinstance(v, list) and not (tile and _is_single_tile(v)):
-            if not v:
-                raise doc.error(path, "an empty list sweeps nothing", value=v, fix="give at least one value")
-            out: list[Assign] = []
-            for i, item in enumerate(v):
-                if isinstance(item, list) and not tile:
-                    raise doc.error(path + (i,), "nested lists are not allowed here", value=item)
-                out.append({canon: parser(doc, path + (i,), item)})
-            return out
-        return [{canon: parser(doc, path, v)}]
-    return group
+    return points.leaf(canon, parser, single=_is_single_tile if tile else None)
 
 
 SPEC_KEYS: dict[str, Callable[[Document, KeyPath, Any], list[Assign]]] = {
@@ -177,57 +163,15 @@ META_KEYS = {"family", "name", "description", "exclude"}
 REQUIRED = ("arch", "dtype", "head_dim", "tile")
 
 
-def _did_you_mean(key: str, options: Any) -> str:
-    close = difflib.get_close_matches(key, list(options), n=1)
-    return f"did you mean '{close[0]}'?" if close else "remove it or check the spelling"
-
-
 def _axes(doc: Document, path: KeyPath, entry: dict[str, Any],
           key_paths: dict[str, KeyPath] | None = None, what: str = "this spec") -> list[list[Assign]]:
-    axes = []
-    names = []
-    for key, value in entry.items():
-        if key in META_KEYS:
-            continue
-        kp = (key_paths or {}).get(key, path + (key,))
-        if key not in SPEC_KEYS:
-            allowed = sorted(set(SPEC_KEYS) | META_KEYS)
-            raise doc.error(kp, f"unknown key '{key}' in an attention spec", value=key, allowed=allowed,
-                            fix=_did_you_mean(key, allowed))
-        axes.append(SPEC_KEYS[key](doc, kp, value))
-        names.append(format_path(kp))
-    check_sweep(doc, path, list(zip(names, map(len, axes))), what=what)   # before anything is expanded
-    return axes
-
-
-def _merge(parts: tuple[Assign, ...]) -> Assign:
-    out: Assign = {}
-    for p in parts:
-        out.update(p)
-    return out
+    return points.axes(doc, path, entry, SPEC_KEYS, META_KEYS, spec_name="an attention spec",
+                       key_paths=key_paths, what=what)
 
 
 def _exclusions(doc: Document, path: KeyPath, value: Any) -> list[Assign]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise doc.error(path, "exclude must be a list of partial configurations", value=value,
-                        fix="e.g. exclude: [{dtype: bf16, head_dim: 256}]")
-    out: list[Assign] = []
-    for i, item in enumerate(value):
-        if not isinstance(item, dict) or not item:
-            raise doc.error(path + (i,), "each exclude entry must be a non-empty mapping of spec keys", value=item)
-        for combo in itertools.product(*_axes(doc, path + (i,), item, what="an exclude entry")):
-            out.append(_merge(combo))
-        check_sweep(doc, path, [(format_path(path), len(out))], what="the exclude list")
-    return out
-
-
-_MISSING = object()
-
-
-def _matches(point: Assign, excl: Assign) -> bool:
-    return all(point.get(k, _MISSING) == v for k, v in excl.items())
+    return points.exclusions(doc, path, value, lambda p, item: _axes(doc, p, item, what="an exclude entry"),
+                             example="exclude: [{dtype: bf16, head_dim: 256}]")
 
 
 def build(point: Assign) -> AttentionInstance:
@@ -266,10 +210,7 @@ def expand_entry(doc: Document, path: KeyPath, entry: Any,
                             fix=f"add `{key}:` to this spec")
     axes = _axes(doc, path, entry, key_paths)
     exclusions = _exclusions(doc, (key_paths or {}).get("exclude", path + ("exclude",)), entry.get("exclude"))
-    for combo in itertools.product(*axes):
-        point = _merge(combo)
-        if any(_matches(point, e) for e in exclusions):
-            continue
+    for point in points.expand(axes, exclusions):
         yield build(point), point
 
 

@@ -17,10 +17,10 @@ from emitter.families.gemm.model import (
     AUTO, Activation, Arch, Bias, Epilogue, EpilogueSchedule, GemmInstance, KernelSchedule, Layout,
     OpClass, Promotion, Raster, Reduction, Shape3, SplitK, TileScheduler,
 )
+from emitter.spec import points
 from emitter.spec.loader import Document, KeyPath, format_path
+from emitter.spec.points import Assign  # canonical key -> parsed value (one point of one sweep axis)
 from emitter.spec.sweep import check_sweep
-
-Assign = dict[str, Any]  # canonical key -> parsed value (one point of one sweep axis)
 
 _SHAPE_RE = re.compile(r"^\s*(\d+)\s*[xX,]\s*(\d+)\s*[xX,]\s*(\d+)\s*$")
 
@@ -31,6 +31,8 @@ class _Ctx:
 
     def err(self, path: KeyPath, msg: str, **kw: Any) -> SpecError:
         return self.doc.error(path, msg, **kw)
+
+    error = err   # the name emitter.spec.points (and check_sweep) raise through
 
 
 # ---------------------------------------------------------------- scalar parsers (value -> enum/int)
@@ -156,18 +158,7 @@ def _is_single_shape(v: Any) -> bool:
 
 def _leaf(canon: str, parser: Callable[[_Ctx, KeyPath, Any], Any], *, shape: bool = False):
     """A key with one canonical target; a list sweeps (for shapes, a list of shapes)."""
-    def group(ctx: _Ctx, path: KeyPath, v: Any) -> list[Assign]:
-        if isinstance(v, list) and not (shape and _is_single_shape(v)):
-            if not v:
-                raise ctx.err(path, "an empty list sweeps nothing", value=v, fix="give at least one value")
-            out: list[Assign] = []
-            for i, item in enumerate(v):
-                if isinstance(item, list) and not shape:
-                    raise ctx.err(path + (i,), "nested lists are not allowed here", value=item)
-                out.append({canon: parser(ctx, path + (i,), item)})
-            return out
-        return [{canon: parser(ctx, path, v)}]
-    return group
+    return points.leaf(canon, parser, single=_is_single_shape if shape else None)
 
 
 def _mapping(subkeys: dict[str, Callable], shorthand: Callable[[_Ctx, KeyPath, Any], list[Assign]] | None,
@@ -198,17 +189,8 @@ def _mapping(subkeys: dict[str, Callable], shorthand: Callable[[_Ctx, KeyPath, A
     return group
 
 
-def _merge(parts: tuple[Assign, ...]) -> Assign:
-    out: Assign = {}
-    for p in parts:
-        out.update(p)
-    return out
-
-
-def _did_you_mean(key: str, options: Any) -> str | None:
-    import difflib
-    close = difflib.get_close_matches(key, list(options), n=1)
-    return f"did you mean '{close[0]}'?" if close else "remove it or check the spelling"
+_merge = points.merge
+_did_you_mean = points.did_you_mean
 
 
 def _dtype_shorthand(ctx: _Ctx, path: KeyPath, v: Any) -> list[Assign]:
@@ -310,35 +292,13 @@ REQUIRED = ("arch", "dtype", "tile")
 
 def _axes(ctx: _Ctx, path: KeyPath, entry: dict[str, Any],
           key_paths: dict[str, KeyPath] | None = None, *, what: str = "this spec") -> list[list[Assign]]:
-    axes = []
-    names = []
-    for key, value in entry.items():
-        if key in META_KEYS:
-            continue
-        kp = (key_paths or {}).get(key, path + (key,))
-        if key not in SPEC_KEYS:
-            raise ctx.err(kp, f"unknown key '{key}' in a gemm spec", value=key,
-                          allowed=sorted(set(SPEC_KEYS) | META_KEYS), fix=_did_you_mean(key, set(SPEC_KEYS) | META_KEYS))
-        axes.append(SPEC_KEYS[key](ctx, kp, value))
-        names.append(format_path(kp))
-    check_sweep(ctx.doc, path, list(zip(names, map(len, axes))), what=what)   # before anything is expanded
-    return axes
+    return points.axes(ctx, path, entry, SPEC_KEYS, META_KEYS, spec_name="a gemm spec", key_paths=key_paths,
+                       what=what)
 
 
 def _exclusions(ctx: _Ctx, path: KeyPath, value: Any) -> list[Assign]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise ctx.err(path, "exclude must be a list of partial configurations", value=value,
-                      fix="e.g. exclude: [{tile: 256x128x64, schedule: {kernel: pingpong}}]")
-    out: list[Assign] = []
-    for i, item in enumerate(value):
-        if not isinstance(item, dict) or not item:
-            raise ctx.err(path + (i,), "each exclude entry must be a non-empty mapping of spec keys", value=item)
-        for axis_combo in itertools.product(*_axes(ctx, path + (i,), item, what="this exclude entry")):
-            out.append(_merge(axis_combo))
-        check_sweep(ctx.doc, path, [(format_path(path), len(out))], what="the exclude list")
-    return out
+    return points.exclusions(ctx, path, value, lambda p, item: _axes(ctx, p, item, what="this exclude entry"),
+                             example="exclude: [{tile: 256x128x64, schedule: {kernel: pingpong}}]")
 
 
 def _default_accumulator(a: DType) -> DType:
@@ -398,12 +358,7 @@ def _build(point: Assign) -> GemmInstance:
     )
 
 
-def _matches(point: Assign, excl: Assign) -> bool:
-    return all(point.get(k, _MISSING) == v for k, v in excl.items())
-
-
-_MISSING = object()
-_EXCLUDE_WORK = 5_000_000   # about 5 s of matching at most
+_matches = points.matches
 
 
 def expand_entry(doc: Document, path: KeyPath, entry: Any,
@@ -425,16 +380,6 @@ def expand_entry(doc: Document, path: KeyPath, entry: Any,
     axes = _axes(ctx, path, entry, key_paths)
     excl_path = (key_paths or {}).get("exclude", path + ("exclude",))
     exclusions = _exclusions(ctx, excl_path, entry.get("exclude"))
-    combos = 1
-    for a in axes:
-        combos *= len(a)
-    if combos * len(exclusions) > _EXCLUDE_WORK:   # each combination is matched against each exclude entry
-        raise ctx.err(excl_path, f"{len(exclusions):,} exclude entries against {combos:,} combinations is too much "
-                                 f"matching ({combos * len(exclusions):,} comparisons)", value=len(exclusions),
-                      allowed=f"combinations x exclude entries up to {_EXCLUDE_WORK:,}",
-                      fix="narrow the sweep or write fewer, broader exclude entries (an entry may leave keys out)")
-    for combo in itertools.product(*axes):
-        point = _merge(combo)
-        if any(_matches(point, e) for e in exclusions):
-            continue
+    points.check_exclude_work(ctx, excl_path, axes, exclusions)
+    for point in points.expand(axes, exclusions):
         yield _build(point), point
