@@ -32,5 +32,7 @@ def resolve(cand):  # -> ConvInstance | Rejection
 
 def render_instance(inst, name: str, banner: str) -> str:
     from emitter.render import render_template
-    return render_template(f"{template_dir(inst.arch)}/instance.cu.j2", inst=inst, name=name,
+    # kernel: gemm_1x1 (sm90a): the 1x1 conv as a persistent GEMM, its own level templates beside the conv kernel's
+    top = "gemm1x1_instance.cu.j2" if inst.kernel.value == "gemm_1x1" else "instance.cu.j2"
+    return render_template(f"{template_dir(inst.arch)}/{top}", inst=inst, name=name,
                            ctx=arch_module(inst.arch).template_context(inst), banner=banner)

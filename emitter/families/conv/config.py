@@ -14,6 +14,7 @@ class ConvManifestError(EmitterError):
 
 
 _OPS = ("fprop", "dgrad", "wgrad")
+_KERNELS = ("implicit", "gemm_1x1")
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class ConvConfig:
     bias: bool = False
     clamp_min: float = 0.0
     clamp_max: float = 6.0
+    kernel: str = "implicit"        # implicit | gemm_1x1 (sm90a 1x1 conv as a persistent GEMM)
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @staticmethod
@@ -72,13 +74,14 @@ class ConvConfig:
             iterator=str(cfg.get("iterator", "optimized")), stride_support=str(cfg.get("stride_support", "strided")),
             split_k=str(cfg.get("split_k", "none")), activation=str(ep.get("activation", "identity")),
             bias=bool(ep.get("bias", False)), clamp_min=float(ep.get("clamp_min", 0.0)),
-            clamp_max=float(ep.get("clamp_max", 6.0)), raw=dict(cfg))
+            clamp_max=float(ep.get("clamp_max", 6.0)),
+            kernel=get("kernel", str, _KERNELS) if "kernel" in cfg else "implicit", raw=dict(cfg))
 
     @property
     def cfg(self) -> dict[str, Any]:
         """The plain mapping problem.py / reference.py read."""
         return {"op": self.op, "arch": self.arch, "dims": self.dims, "alignment_a": self.alignment_a,
                 "alignment_b": self.alignment_b, "alignment_c": self.alignment_c, "iterator": self.iterator,
-                "stride_support": self.stride_support, "split_k": self.split_k,
+                "stride_support": self.stride_support, "split_k": self.split_k, "kernel": self.kernel,
                 "epilogue": {"activation": self.activation, "bias": self.bias, "clamp_min": self.clamp_min,
                              "clamp_max": self.clamp_max}}

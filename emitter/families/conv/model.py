@@ -21,8 +21,8 @@ from typing import Any
 from emitter.dtypes import DType
 from emitter.families.gemm.model import AUTO, Activation, Arch, Shape3, SplitK
 
-__all__ = ["AUTO", "Activation", "Arch", "ConvEpilogue", "ConvInstance", "ConvOp", "IteratorAlgorithm",
-           "Layout", "Rejection", "Shape3", "SplitK", "StrideSupport"]
+__all__ = ["AUTO", "Activation", "Arch", "ConvEpilogue", "ConvInstance", "ConvKernelKind", "ConvOp", "ConvSchedule",
+           "ConvTileScheduler", "IteratorAlgorithm", "Layout", "Rejection", "Shape3", "SplitK", "StrideSupport"]
 
 
 class ConvOp(Enum):
@@ -88,6 +88,36 @@ class StrideSupport(Enum):
         return self.value
 
 
+class ConvKernelKind(Enum):
+    """How the conv is computed (spec `kernel:`). implicit: the implicit-GEMM conv kernel of the arch (every conv
+    problem its rules allow). gemm_1x1 (sm90a fprop / wgrad): a 1x1, stride-1, unpadded conv on NHWC tensors IS a
+    GEMM, run by CUTLASS 3.x's persistent GemmUniversal (cooperative / pingpong, stream-K); any other problem is
+    refused at run time (EMITTER_CANNOT_IMPLEMENT), so a library dispatch falls through to another kernel."""
+    implicit = "implicit"
+    gemm_1x1 = "gemm_1x1"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ConvSchedule(Enum):          # gemm_1x1 only: the GemmUniversal kernel schedule
+    auto = "auto"                  # cooperative
+    cooperative = "cooperative"    # two consumer warpgroups share one tile (tile m 128 or 256)
+    pingpong = "pingpong"          # two consumer warpgroups alternate tiles (one's epilogue under the other's MMA)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ConvTileScheduler(Enum):     # gemm_1x1 only
+    auto = "auto"                  # fprop: persistent; wgrad: stream_k (its K-dim N*P*Q is long, its tiles few)
+    persistent = "persistent"      # one CTA an SM walks the output tiles
+    stream_k = "stream_k"          # the reduction of few output tiles is split across the SMs (cooperative only)
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class ConvEpilogue:
     activation: Activation = Activation.identity
@@ -118,6 +148,9 @@ class ConvInstance:
     swizzle: int = 1             # 2.x threadblock swizzle
     epilogue: ConvEpilogue = field(default_factory=ConvEpilogue)
     split_k: SplitK = SplitK.none
+    kernel: ConvKernelKind = ConvKernelKind.implicit
+    schedule: ConvSchedule = ConvSchedule.auto             # gemm_1x1 only
+    scheduler: ConvTileScheduler = ConvTileScheduler.auto  # gemm_1x1 only
     spec_file: str = field(default="", compare=False)
     spec_index: int = field(default=0, compare=False)
     spec_hash: str = field(default="", compare=False)
@@ -148,6 +181,8 @@ class ConvInstance:
                 return out
             return v
         skip = {"spec_file", "spec_index", "spec_hash"}
+        if self.kernel is ConvKernelKind.implicit:   # the implicit kernel's manifest entry stays as it always was
+            skip |= {"kernel", "schedule", "scheduler"}
         out = {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name not in skip}
         out["dims"] = self.dims
         return out

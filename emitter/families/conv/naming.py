@@ -2,12 +2,13 @@
 
 conv<dims>d_<op>_<arch>_<a>_<c>_acc<acc>[_ep<compute>]_<layout>_<tile>_<w..|c..>[_i<instr>]_s<stages>
     [_<iterator>_<stride>_swz<N>] _al<a>x<b>x<c> _<activation>[_bias] [_splitk<serial|parallel>]
+    [_gemm1x1_<coop|pingpong>_<persistent|streamk>]      (kernel: gemm_1x1 only; implicit kernels keep their names)
 Every configuration field appears (or is at its stated default), so different configs get different names.
 """
 
 from __future__ import annotations
 
-from emitter.families.conv.model import Activation, ConvInstance, SplitK
+from emitter.families.conv.model import Activation, ConvInstance, ConvKernelKind, ConvSchedule, ConvTileScheduler, SplitK
 
 _ITER = {"analytic": "analytic", "optimized": "opt", "few_channels": "fewch", "fixed_channels": "fixch"}
 
@@ -43,4 +44,9 @@ def instance_name(inst: ConvInstance) -> str:
         parts.append("bias")
     if inst.split_k is not SplitK.none:
         parts.append(f"splitk{inst.split_k.value}")
+    if inst.kernel is ConvKernelKind.gemm_1x1:
+        sched = {ConvSchedule.auto: "auto", ConvSchedule.cooperative: "coop", ConvSchedule.pingpong: "pingpong"}
+        tiles = {ConvTileScheduler.auto: "auto", ConvTileScheduler.persistent: "persistent",
+                 ConvTileScheduler.stream_k: "streamk"}
+        parts += ["gemm1x1", sched[inst.schedule], tiles[inst.scheduler]]
     return "_".join(parts).lower()

@@ -222,6 +222,8 @@ def not_supported_reasons(cfg: Mapping[str, Any], p: ConvProblem) -> list[str]:
     if not p.bias and cfg.get("epilogue", {}).get("bias", False):
         reasons.append("this instance adds a bias: give the problem bias=1")
     it = cfg.get("iterator", "optimized")
+    if cfg.get("kernel", "implicit") == "gemm_1x1":
+        reasons += gemm_1x1_reasons(p)
     if cfg.get("stride_support") == "unity" and max(p.stride) > 1:
         reasons.append(f"stride {list(p.stride)}: this is a unity-stride instance (stride_support: unity)")
     if arch == "sm90a":
@@ -243,6 +245,38 @@ def not_supported_reasons(cfg: Mapping[str, Any], p: ConvProblem) -> list[str]:
         if p.split_k > 1 and op == "dgrad" and max(p.stride) > 1:
             reasons.append("split-K strided dgrad is not supported")
     return reasons
+
+
+def gemm_1x1_reasons(p: ConvProblem) -> list[str]:
+    """What a `kernel: gemm_1x1` instance refuses beyond the conv rules (its shim: EMITTER_CANNOT_IMPLEMENT): the
+    problem must be a GEMM -- a 1x1(x1) filter, stride 1, no padding (dilation then changes nothing). Its tensors
+    must also be dense rows (every outer stride the product of the inner ones); problems here are packed."""
+    out = []
+    if (p.t, p.r, p.s) != (1, 1, 1):
+        out.append(f"filter {p.t}x{p.r}x{p.s}: kernel gemm_1x1 runs 1x1 filters only (use a kernel: implicit instance)")
+    if max(p.stride) > 1:
+        out.append(f"stride {list(p.stride)}: kernel gemm_1x1 runs stride 1 only")
+    if max(p.pad_front + p.pad_back) > 0:
+        out.append("padding: kernel gemm_1x1 runs unpadded convolutions only")
+    return out
+
+
+def _gemm_1x1_problems(cfg: Mapping[str, Any], quick: bool) -> list[ConvProblem]:
+    """1x1 problems for a gemm_1x1 instance: odd N*P*Q (GEMM M of fprop, K-dim of wgrad), C and K multiples of the
+    alignment but not of any tile, beta 0 and != 0, alpha != 1, a long wgrad reduction (stream-K splits it), 3D."""
+    al = max(int(cfg["alignment_a"]), int(cfg["alignment_b"]), int(cfg["alignment_c"]), 8)
+    base = [
+        ConvProblem(n=3, h=7, w=9, c=al * 5, k=al * 9, r=1, s=1),                                  # NPQ = 189
+        ConvProblem(n=5, h=13, w=11, c=al * 17, k=al * 3, r=1, s=1, beta=0.5, alpha=1.5),          # NPQ = 715
+        ConvProblem(n=1, h=1, w=1, c=al, k=al, r=1, s=1, beta=-1.0),                               # one row
+        ConvProblem(n=2, h=15, w=17, c=al * 33, k=al * 25, r=1, s=1, beta=1.0),                    # NPQ = 510
+        ConvProblem(n=1, h=3, w=5, c=al * 3, k=al * 7, r=1, s=1, dilation=(1, 2, 3)),              # dilation moot
+    ]
+    if not quick:
+        base.append(ConvProblem(n=9, h=27, w=29, c=al * 8, k=al * 8, r=1, s=1, beta=0.25))         # NPQ = 7047
+    if int(cfg.get("dims", 2)) == 3:
+        base = [replace(p, d=3, t=1) for p in base[:3]] + [replace(base[3], d=1)]
+    return base
 
 
 def default_problems(cfg: Mapping[str, Any], quick: bool = False) -> list[tuple[ConvProblem, str]]:
@@ -274,6 +308,8 @@ def default_problems(cfg: Mapping[str, Any], quick: bool = False) -> list[tuple[
     if dims == 3:
         base = [replace(p, d=5, t=3, pad_front=(1,) + p.pad_front[1:], pad_back=(1,) + p.pad_back[1:])
                 for p in base if p.r == 3 and p.dilation == (1, 1, 1)][:3]
+    if cfg.get("kernel", "implicit") == "gemm_1x1":
+        base = _gemm_1x1_problems(cfg, quick)
     if cfg.get("split_k") == "serial":
         base = [replace(p, split_k=3) for p in base]
     if cfg.get("epilogue", {}).get("bias"):

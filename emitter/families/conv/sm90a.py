@@ -10,6 +10,17 @@ channel iterators for a first layer); padding <= 256 (2D) / 16 (3D); groups = 1;
 The kernel has one producer and ONE consumer warpgroup (256 threads): a tile's f32 accumulators take
 m*n/128 registers a thread, so 128x256 (256) spills (4684 bytes, ptxas -v) -- accepted, as CUTLASS's generator
 emits it, but 128x128 / 64x256 are the largest tiles that keep their accumulators in registers.
+
+`kernel: gemm_1x1` (fprop, wgrad): a 1x1, stride-1, unpadded conv on NHWC tensors is a GEMM, built here with
+gemm::collective::CollectiveBuilder + epilogue::collective::CollectiveBuilder + gemm::kernel::GemmUniversal and a
+persistent schedule (KernelTmaWarpSpecializedCooperative / ...Pingpong) with the persistent or stream-K tile
+scheduler (what the conv kernel lacks: the 1x1 layers' short K-dim (fprop) or few output tiles (wgrad) leave it
+latency-bound or idle):
+  fprop  D[N*D*H*W, K] = x[N*D*H*W, C] . w[K, C]^T   A row-major (K-major), B = w N x K K-major, C/D row-major
+  wgrad  dw[K, C] = dy[N*Z*P*Q, K]^T . x[N*D*H*W, C] A = dy M-major, B = x N-major (MN-major TMA/wgmma: 16-bit),
+                                                     D = dw row-major [K, C] (== KRSC, R = S = 1)
+The shim (templates/conv/sm90a/gemm1x1_device.cu.j2) keeps the conv ABI and refuses every problem that is not
+such a GEMM (EMITTER_CANNOT_IMPLEMENT); problem.not_supported_reasons says the same in words.
 """
 
 from __future__ import annotations
@@ -17,7 +28,8 @@ from __future__ import annotations
 from emitter.dtypes import DType
 from emitter.families.conv.common import GEMM_TEXT, epilogue_text, reject, tensor_text
 from emitter.families.conv.model import (
-    AUTO, Activation, Arch, ConvInstance, ConvOp, IteratorAlgorithm, Rejection, Shape3, SplitK, StrideSupport,
+    AUTO, Activation, Arch, ConvInstance, ConvKernelKind, ConvOp, ConvSchedule, ConvTileScheduler, IteratorAlgorithm,
+    Rejection, Shape3, SplitK, StrideSupport,
 )
 
 ARCHES = (Arch.sm90a,)
@@ -74,6 +86,13 @@ def resolve(inst: ConvInstance) -> ConvInstance | Rejection:
     if inst.swizzle != 1:
         return reject(inst, "swizzle-is-2x", "swizzle is a 2.x threadblock swizzle; the sm90 conv kernel is "
                                              "non-persistent (one CTA per tile): remove `swizzle`")
+    if inst.kernel is ConvKernelKind.gemm_1x1:
+        return _resolve_gemm_1x1(inst, a)
+    if inst.schedule is not ConvSchedule.auto or inst.scheduler is not ConvTileScheduler.auto:
+        return reject(inst, "schedule-gemm-1x1-only", f"schedule {inst.schedule} / scheduler {inst.scheduler}: the "
+                                                      f"sm90 conv kernel has one schedule (non-persistent); persistent "
+                                                      f"schedules are for `kernel: gemm_1x1` (1x1 fprop/wgrad): remove "
+                                                      f"schedule/scheduler or add kernel: gemm_1x1")
     if inst.op is ConvOp.dgrad and inst.stride_support is StrideSupport.strided:
         return reject(inst, "dgrad-strided-3x", "CUTLASS's sm90 dgrad collective computes unit-stride dgrad only (its "
                                                 "im2col TMA applies the traversal stride to dy; CUTLASS's sm100 kernels "
@@ -123,6 +142,77 @@ def resolve(inst: ConvInstance) -> ConvInstance | Rejection:
     if inst.epilogue.activation is not Activation.identity and inst.epilogue_compute is not DType.f32:
         return reject(inst, "activation-compute", "activations are computed in float: use epilogue: f32")
     return inst.replace(a=a, cluster=cl, alignment_a=al[0], alignment_b=al[1], alignment_c=al[2], stages=stages)
+
+
+def _gemm_epilogue_smem(inst: ConvInstance, cooperative: bool) -> int:
+    """An upper estimate of the GEMM epilogue's shared storage (EpilogueTileAuto: 128 x 32 cooperative, 64 x 32
+    otherwise; at most 4 C + 2 D subtiles) plus a bias row and barriers."""
+    sub = min(inst.tile.m, 128 if cooperative else 64) * min(inst.tile.n, 32) * inst.c.bytes
+    return 6 * sub + inst.tile.n * inst.c.bytes + 1024
+
+
+def _resolve_gemm_1x1(inst: ConvInstance, a: DType) -> ConvInstance | Rejection:
+    """kernel: gemm_1x1 -- the conv as a persistent CUTLASS 3.x GEMM (see the module text)."""
+    if inst.op is ConvOp.dgrad:
+        return reject(inst, "gemm-1x1-op", "kernel gemm_1x1 builds fprop and wgrad only (1x1 dgrad is the implicit "
+                                           "kernel's, already faster than cuDNN): use op: fprop or wgrad, or "
+                                           "kernel: implicit")
+    if a not in (DType.f16, DType.bf16):
+        return reject(inst, "gemm-1x1-dtype", f"kernel gemm_1x1 is built for f16 and bf16 inputs (wgrad reads "
+                                              f"MN-major operands, which TMA/wgmma take for 16-bit types only), not "
+                                              f"{inst.a}: use dtype f16 or bf16, or kernel: implicit")
+    if inst.accumulator is not DType.f32:
+        return reject(inst, "gemm-1x1-accumulator", f"accumulator {inst.accumulator}: kernel gemm_1x1 accumulates "
+                                                    f"in f32: use accumulator: f32")
+    if inst.split_k is not SplitK.none:
+        return reject(inst, "gemm-1x1-split-k", f"split_k {inst.split_k}: kernel gemm_1x1 splits the reduction with "
+                                                f"its tile scheduler: use scheduler: stream_k and remove split_k")
+    schedule = ConvSchedule.cooperative if inst.schedule is ConvSchedule.auto else inst.schedule
+    scheduler = inst.scheduler
+    if scheduler is ConvTileScheduler.auto:
+        scheduler = ConvTileScheduler.stream_k if inst.op is ConvOp.wgrad else ConvTileScheduler.persistent
+    if scheduler is ConvTileScheduler.stream_k and schedule is not ConvSchedule.cooperative:
+        return reject(inst, "gemm-1x1-stream-k-pingpong", "CUTLASS's pingpong kernel does not take the stream-K "
+                                                          "scheduler: use schedule: cooperative with scheduler: "
+                                                          "stream_k, or scheduler: persistent")
+    t = inst.tile
+    if schedule is ConvSchedule.cooperative and t.m not in (128, 256):
+        return reject(inst, "gemm-1x1-tile-m", f"tile m={t.m}: the cooperative kernel splits a tile's rows over two "
+                                               f"consumer warpgroups of 64: use m = 128 or 256 (or schedule: "
+                                               f"pingpong for m = 64)")
+    if schedule is ConvSchedule.pingpong and t.m not in (64, 128):
+        return reject(inst, "gemm-1x1-tile-m", f"tile m={t.m}: a pingpong consumer warpgroup owns a whole tile: "
+                                               f"use m = 64 or 128")
+    if t.n % 16 or not 16 <= t.n <= 256:
+        return reject(inst, "tile-n", f"tile n={t.n}: wgmma N must be a multiple of 16 up to 256 (64, 128, 256 "
+                                      f"are usual)")
+    kbytes = t.k * a.bytes
+    if kbytes not in (64, 128):
+        return reject(inst, "tile-k", f"tile k={t.k} is {kbytes} bytes of {a}: use 64 or 128 bytes, e.g. "
+                                      f"k={128 // a.bytes}")
+    cl = inst.cluster or Shape3(1, 1, 1)
+    if cl.k != 1 or cl.m not in (1, 2) or cl.n not in (1, 2) or cl.m * cl.n > 2:
+        return reject(inst, "cluster", f"cluster {cl}: kernel gemm_1x1 takes 1x1x1, 2x1x1 or 1x2x1")
+    need, out_need = 16 // a.bytes, 16 // inst.c.bytes
+    al = [inst.alignment_a or need, inst.alignment_b or need, inst.alignment_c or out_need]
+    if al != [need, need, out_need]:
+        return reject(inst, "alignment-tma", f"alignment {al[0]}x{al[1]}x{al[2]}: TMA moves 16-byte rows, so kernel "
+                                             f"gemm_1x1 needs {need}x{need}x{out_need} (C and K multiples of {need})")
+    if inst.stages != AUTO:
+        need_bytes = inst.stages * (mainloop_stage_bytes(inst) + 16) + _gemm_epilogue_smem(
+            inst, schedule is ConvSchedule.cooperative)
+        if inst.stages < 2 or need_bytes > SMEM_LIMIT:
+            return reject(inst, "smem", f"{inst.stages} stages of tile {t} need about {need_bytes} bytes of shared "
+                                        f"memory (limit {SMEM_LIMIT}): use fewer stages or stages: auto (the "
+                                        f"epilogue's carve-out)")
+    elif 2 * (mainloop_stage_bytes(inst) + 16) + _gemm_epilogue_smem(inst, schedule is ConvSchedule.cooperative) > SMEM_LIMIT:
+        return reject(inst, "smem", f"tile {t}: not even 2 stages fit in {SMEM_LIMIT} bytes of shared memory; use "
+                                    f"a smaller tile")
+    if inst.epilogue.activation is not Activation.identity and inst.epilogue_compute is not DType.f32:
+        return reject(inst, "activation-compute", "activations are computed in float: use epilogue: f32")
+    # stride 1 only: the name and the library's dispatch key say unity
+    return inst.replace(a=a, cluster=cl, alignment_a=al[0], alignment_b=al[1], alignment_c=al[2],
+                        stride_support=StrideSupport.unity, schedule=schedule, scheduler=scheduler)
 
 
 def _fusion_cpp(inst: ConvInstance) -> str:
@@ -192,4 +282,39 @@ def template_context(inst: ConvInstance) -> dict:
         "unity_stride": inst.stride_support is StrideSupport.unity,
         # the row (channel) alignment each tensor needs, by its role in this op
         **{f"align_{t}": al for t, al in ((a_t, inst.alignment_a), (b_t, inst.alignment_b), (out, inst.alignment_c))},
+        **(gemm_1x1_context(inst) if inst.kernel is ConvKernelKind.gemm_1x1 else {}),
+    }
+
+
+def gemm_1x1_context(inst: ConvInstance) -> dict:
+    """What templates/conv/sm90a/gemm1x1_*.cu.j2 add for `kernel: gemm_1x1` (enums and integers only)."""
+    fprop = inst.op is ConvOp.fprop
+    coop = inst.schedule is not ConvSchedule.pingpong
+    stream_k = inst.scheduler is ConvTileScheduler.stream_k
+    row, col = "cutlass::layout::RowMajor", "cutlass::layout::ColumnMajor"
+    return {
+        "gemm_1x1": True,
+        # fprop: A = x [NPQ, C] K-major, B = w [K, C] (N x K, K-major); wgrad: A = dy [NPQ, K] read M-major,
+        # B = x [NPQ, C] read N-major; C/D row-major ([NPQ, K] y or [K, C] dw)
+        "gemm_layout_a": row if fprop else col,
+        "gemm_layout_b": col if fprop else row,
+        "gemm_a_ld_mode": 0 if fprop else 1,
+        "gemm_b_ld_mode": 0 if fprop else 1,
+        "gemm_text_1x1": ("GEMM M = N*Z*P*Q, N = K, K = C (x . w^T)" if fprop
+                          else "GEMM M = K, N = C, K = N*Z*P*Q (dy^T . x)"),
+        "gemm_tile_shape": f"cute::Shape<cute::_{inst.tile.m}, cute::_{inst.tile.n}, cute::_{inst.tile.k}>",
+        "kernel_schedule_cpp": ("cutlass::gemm::KernelTmaWarpSpecializedCooperative" if coop
+                                else "cutlass::gemm::KernelTmaWarpSpecializedPingpong"),
+        "epilogue_schedule_cpp": ("cutlass::epilogue::TmaWarpSpecializedCooperative" if coop
+                                  else "cutlass::epilogue::TmaWarpSpecialized"),
+        "schedule_text": "cooperative" if coop else "pingpong",
+        "is_stream_k": stream_k,
+        "tile_scheduler_cpp": ("emitter_sk::StreamKSchedulerResettingLocks" if stream_k
+                               else "cutlass::gemm::PersistentScheduler"),
+        "gemm_stage_count_cpp": (
+            "cutlass::gemm::collective::StageCountAutoCarveout<"
+            "static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>"
+            if inst.stages == AUTO else f"cutlass::gemm::collective::StageCount<{int(inst.stages)}>"),
+        "gemm_stages_text": "auto (the epilogue's carve-out)" if inst.stages == AUTO else str(int(inst.stages)),
+        "ptr_c": inst.op.output,
     }

@@ -17,6 +17,10 @@ anything outside the vocabulary is a SpecError naming the file, line, key path, 
     swizzle: 1 | 2 | 4 | 8                (2.x)
     epilogue: relu | {activation: relu, bias: true, clamp: [0, 6]}
     split_k: none | serial | parallel
+    kernel: implicit | gemm_1x1           (default implicit; gemm_1x1: sm90a fprop/wgrad of 1x1 stride-1 unpadded
+                                           convs as a persistent CUTLASS 3.x GEMM, other problems refused at run time)
+    schedule: auto | cooperative | pingpong          (gemm_1x1 only; auto = cooperative)
+    scheduler: auto | persistent | stream_k          (gemm_1x1 only; auto = persistent for fprop, stream_k for wgrad)
 """
 
 from __future__ import annotations
@@ -27,8 +31,8 @@ from typing import Any, Callable, Iterator
 from emitter.dtypes import DType
 from emitter.errors import SpecError
 from emitter.families.conv.model import (
-    AUTO, Activation, Arch, ConvEpilogue, ConvInstance, ConvOp, IteratorAlgorithm, Layout, Shape3, SplitK,
-    StrideSupport,
+    AUTO, Activation, Arch, ConvEpilogue, ConvInstance, ConvKernelKind, ConvOp, ConvSchedule, ConvTileScheduler,
+    IteratorAlgorithm, Layout, Shape3, SplitK, StrideSupport,
 )
 # the value parsers and sweep combinators are the GEMM spec's (one vocabulary for every family)
 from emitter.families.gemm.spec import (  # noqa: F401
@@ -44,6 +48,10 @@ _layout = _enum(Layout, {"ndhwc": "ndhwc", "tensornhwc": "nhwc", "tensorndhwc": 
 _iterator = _enum(IteratorAlgorithm, {"opt": "optimized", "few": "few_channels", "fixed": "fixed_channels",
                                       "fewchannels": "few_channels", "fixedchannels": "fixed_channels"})
 _stride_support = _enum(StrideSupport, {"stride1": "unity", "unit": "unity", "any": "strided"})
+_kernel = _enum(ConvKernelKind, {"implicit_gemm": "implicit", "gemm": "gemm_1x1", "gemm1x1": "gemm_1x1",
+                                 "1x1": "gemm_1x1"})
+_schedule = _enum(ConvSchedule, {"coop": "cooperative", "ping_pong": "pingpong"})
+_scheduler = _enum(ConvTileScheduler, {"streamk": "stream_k", "stream-k": "stream_k"})
 
 
 def _dims(ctx: _Ctx, path: KeyPath, v: Any) -> Layout:
@@ -89,6 +97,9 @@ SPEC_KEYS: dict[str, Callable[[_Ctx, KeyPath, Any], list[Assign]]] = {
     "swizzle": _leaf("swizzle", _int(1, 8, choices=(1, 2, 4, 8))),
     "epilogue": _mapping(_EPILOGUE_KEYS, _activation_shorthand, "epilogue"),
     "split_k": _leaf("split_k", _split_k),
+    "kernel": _leaf("kernel", _kernel),
+    "schedule": _leaf("schedule", _schedule),
+    "scheduler": _leaf("scheduler", _scheduler),
 }
 META_KEYS = {"family", "name", "description", "exclude"}
 REQUIRED = ("arch", "op", "dtype", "tile")
@@ -163,6 +174,9 @@ def _build(point: Assign) -> ConvInstance:
         epilogue=ConvEpilogue(activation=point.get("activation", Activation.identity), bias=point.get("bias", False),
                               clamp_min=point.get("clamp_min", 0.0), clamp_max=point.get("clamp_max", 6.0)),
         split_k=point.get("split_k", SplitK.none),
+        kernel=point.get("kernel", ConvKernelKind.implicit),
+        schedule=point.get("schedule", ConvSchedule.auto),
+        scheduler=point.get("scheduler", ConvTileScheduler.auto),
     )
 
 
