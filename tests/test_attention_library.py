@@ -17,26 +17,10 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _helpers import GEMM_SPEC  # noqa: E402
 from test_library import _FAKE_CUDA, _FAKE_KERNELS, _compile  # noqa: E402
 
 LIB = "attlib"
-GEMM_SPEC = """\
-kernels:
-  - arch: sm80
-    dtype: {a: f16, b: f16, c: f16, d: f16, accumulator: f32}
-    layout: tn
-    tile: 64x64x64
-    warp: 32x32x64
-    stages: 3
-    swizzle: 8
-  - arch: sm90a
-    dtype: {a: bf16, b: bf16, c: bf16, d: bf16, accumulator: f32}
-    layout: tn
-    tile: 64x128x64
-    cluster: 1x1x1
-    stages: auto
-    schedule: {kernel: pingpong}
-"""
 ATTENTION_SPEC = """\
   - family: attention
     arch: sm80

@@ -22,26 +22,14 @@ from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _helpers import GEMM_SPEC, load_module  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
 NAME = "attgpu"
 
-SPEC = """\
-kernels:
-  - arch: sm80
-    dtype: {a: f16, b: f16, c: f16, d: f16, accumulator: f32}
-    layout: tn
-    tile: 64x64x64
-    warp: 32x32x64
-    stages: 3
-    swizzle: 8
-  - arch: sm90a
-    dtype: {a: bf16, b: bf16, c: bf16, d: bf16, accumulator: f32}
-    layout: tn
-    tile: 64x128x64
-    cluster: 1x1x1
-    stages: auto
-    schedule: {kernel: pingpong}
+SPEC = GEMM_SPEC + """\
   - family: attention
     arch: sm90a
     dtype: f16
@@ -99,10 +87,7 @@ def lib(tmp_path_factory):
         _run(["cmake", "--build", tree / "build", "-j", os.environ.get("EMITTER_TEST_JOBS", "16")])
     so = next(iter(sorted(tree.rglob(f"lib{NAME}.so"))), None)
     assert so is not None, f"lib{NAME}.so not built under {tree}"
-    spec = importlib.util.spec_from_file_location(NAME, tree / "python" / f"{NAME}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[NAME] = mod
-    spec.loader.exec_module(mod)
+    mod = load_module(NAME, tree / "python" / f"{NAME}.py")
     mod.load(str(so))
     return mod
 

@@ -7,9 +7,7 @@ the cached fast path. No GPU, no torch."""
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
-import importlib.util
 import itertools
 import math
 import subprocess
@@ -23,6 +21,7 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _helpers import fake_devices, load_module  # noqa: E402
 from test_attention_library import ATTENTION_SPEC, GEMM_SPEC  # noqa: E402
 from test_loader import _FAKE_C, CC, DT, CaiArray, FakeTensor, contiguous  # noqa: E402
 
@@ -71,27 +70,12 @@ def mod(tmp_path_factory):
     so = d / "libfakelib.so"
     subprocess.run([CC, "-std=c99", "-shared", "-fPIC", "-Wall", "-Werror", f"-I{out / 'include'}", str(d / "fake.c"),
                     str(d / "fake_att.c"), "-o", str(so)], check=True)
-    spec_ = importlib.util.spec_from_file_location("fakelib_att_loader", out / "python" / f"{LIB}.py")
-    m = importlib.util.module_from_spec(spec_)
-    sys.modules["fakelib_att_loader"] = m
-    spec_.loader.exec_module(m)
+    m = load_module("fakelib_att_loader", out / "python" / f"{LIB}.py")
     c = m.load(str(so))
     c.fake_acalls.restype = ctypes.c_int
     c.fake_alast.argtypes = [ctypes.POINTER(m.AttentionProblem)]
     c.fake_astream.restype = ctypes.c_void_p
-    m._TensorType = FakeTensor
-    m._raw_stream = lambda dev: 0x5000 + dev
-    current = [0]
-
-    @contextlib.contextmanager
-    def device(index):
-        saved, current[0] = current[0], index
-        try:
-            yield
-        finally:
-            current[0] = saved
-
-    m._get_device = lambda: current[0]
+    device = fake_devices(m, FakeTensor)
     m._torch = types.SimpleNamespace(cuda=types.SimpleNamespace(device=device), device=lambda kind, index: index)
     m._TORCH_BY_NAME.update({"f16": DT["float16"], "bf16": DT["bfloat16"], "f32": DT["float32"],
                              "s32": DT["int32"], "e4m3": DT["float8_e4m3fn"]})

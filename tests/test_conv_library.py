@@ -15,7 +15,6 @@ No nvcc, no GPU, no torch."""
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -26,6 +25,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _helpers import GEMM_SPEC_NO_SWIZZLE, load_module  # noqa: E402
 from test_library import _FAKE_CUDA  # noqa: E402
 from test_loader import DT, FakeTensor, contiguous  # noqa: E402
 
@@ -35,21 +35,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E
 CXX = shutil.which("g++") or shutil.which("c++")
 LIB = "cvlib"
 
-SPEC = """\
-kernels:
-  - arch: sm80
-    dtype: {a: f16, b: f16, c: f16, d: f16, accumulator: f32}
-    layout: tn
-    tile: 64x64x64
-    warp: 32x32x64
-    stages: 3
-  - arch: sm90a
-    dtype: {a: bf16, b: bf16, c: bf16, d: bf16, accumulator: f32}
-    layout: tn
-    tile: 64x128x64
-    cluster: 1x1x1
-    stages: auto
-    schedule: {kernel: pingpong}
+SPEC = GEMM_SPEC_NO_SWIZZLE + """\
   - family: conv
     arch: sm80
     op: [fprop, dgrad, wgrad]
@@ -200,10 +186,7 @@ def _capi(so: Path):
 
 
 def _loader(out: Path, so: Path, tag: str):
-    spec = importlib.util.spec_from_file_location(f"{LIB}_{tag}", out / "python" / f"{LIB}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[f"{LIB}_{tag}"] = mod
-    spec.loader.exec_module(mod)
+    mod = load_module(f"{LIB}_{tag}", out / "python" / f"{LIB}.py")
     mod.load(str(so))
     return mod
 

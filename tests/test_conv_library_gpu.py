@@ -10,7 +10,6 @@ $EMITTER_CONV_LIBRARY: an exported and built tree to use instead of building one
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -19,25 +18,14 @@ from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _helpers import GEMM_SPEC_NO_SWIZZLE, load_module  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
 NAME = "convgpu"
 
-SPEC = """\
-kernels:
-  - arch: sm80
-    dtype: {a: f16, b: f16, c: f16, d: f16, accumulator: f32}
-    layout: tn
-    tile: 64x64x64
-    warp: 32x32x64
-    stages: 3
-  - arch: sm90a
-    dtype: {a: bf16, b: bf16, c: bf16, d: bf16, accumulator: f32}
-    layout: tn
-    tile: 64x128x64
-    cluster: 1x1x1
-    stages: auto
-    schedule: {kernel: pingpong}
+SPEC = GEMM_SPEC_NO_SWIZZLE + """\
   - family: conv
     arch: sm80
     op: [fprop, dgrad, wgrad]
@@ -87,10 +75,7 @@ def lib(tmp_path_factory):
               "-DCMAKE_BUILD_TYPE=Release"], log)
         _run(["cmake", "--build", str(tree / "build"), "-j", os.environ.get("EMITTER_TEST_JOBS", "16")], log)
     so = next(iter(sorted(tree.rglob(f"lib{NAME}.so"))))
-    spec_ = importlib.util.spec_from_file_location(NAME, tree / "python" / f"{NAME}.py")
-    mod = importlib.util.module_from_spec(spec_)
-    sys.modules[NAME] = mod
-    spec_.loader.exec_module(mod)
+    mod = load_module(NAME, tree / "python" / f"{NAME}.py")
     mod.load(str(so))
     return mod
 

@@ -25,27 +25,14 @@ from emitter.library.dispatch import (ACTIVATIONS, DTYPES, LAYOUTS, Candidate, K
 from emitter.library.tuning import TuningError, load as load_tuning
 from emitter.library.export import LibraryError, export_library
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _helpers import GEMM_SPEC  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 SM80 = "gemm_sm80_f16f16_f16f16_accf32_tnt_64x64x64_w32x32x64_i16x8x16_s3_swz8_al8x8x8_identity"
 SM90A = "gemm_sm90a_bf16bf16_bf16bf16_accf32_tnt_64x128x64_c1x1x1_i64x128x16_sauto_pingpong_epitma_persistent_al8x8x8_identity"
 
-SPEC = """\
-kernels:
-  - arch: sm80
-    dtype: {a: f16, b: f16, c: f16, d: f16, accumulator: f32}
-    layout: tn
-    tile: 64x64x64
-    warp: 32x32x64
-    stages: 3
-    swizzle: 8
-  - arch: sm90a
-    dtype: {a: bf16, b: bf16, c: bf16, d: bf16, accumulator: f32}
-    layout: tn
-    tile: 64x128x64
-    cluster: 1x1x1
-    stages: auto
-    schedule: {kernel: pingpong}
-"""
+SPEC = GEMM_SPEC   # the two GEMM kernels every exported library needs (SM80, SM90A)
 
 
 def _tuning(entries: list[tuple], path: Path) -> Path:

@@ -7,9 +7,7 @@ no torch needed; the torch custom-op / CUDA-graph checks are tests/test_loader_g
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
-import importlib.util
 import itertools
 import shutil
 import subprocess
@@ -26,6 +24,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _helpers import fake_devices, load_module  # noqa: E402
 from test_library import SPEC  # noqa: E402
 
 LIB = "fakelib"
@@ -195,10 +194,7 @@ def loader(tmp_path_factory):
     so = d / "libfakelib.so"
     subprocess.run([CC, "-std=c99", "-shared", "-fPIC", "-Wall", "-Werror", f"-I{out / 'include'}", str(src), "-o",
                     str(so)], check=True)
-    spec_ = importlib.util.spec_from_file_location("fakelib_loader", out / "python" / f"{LIB}.py")
-    mod = importlib.util.module_from_spec(spec_)
-    sys.modules["fakelib_loader"] = mod
-    spec_.loader.exec_module(mod)
+    mod = load_module("fakelib_loader", out / "python" / f"{LIB}.py")
     c = mod.load(str(so))
     c.fake_calls.restype = ctypes.c_int
     c.fake_last.argtypes = [ctypes.POINTER(mod.Problem)]
@@ -207,19 +203,7 @@ def loader(tmp_path_factory):
     c.fake_ws.restype = ctypes.c_void_p
     c.fake_ws_bytes.restype = ctypes.c_size_t
     # the torch hooks, pointed at the stand-ins (what _init_torch sets from torch)
-    mod._TensorType = FakeTensor
-    mod._raw_stream = lambda dev: 0x5000 + dev
-    current = [0]
-
-    @contextlib.contextmanager
-    def device(index):
-        saved, current[0] = current[0], index
-        try:
-            yield
-        finally:
-            current[0] = saved
-
-    mod._get_device = lambda: current[0]
+    device = fake_devices(mod, FakeTensor)
     mod._torch = types.SimpleNamespace(cuda=types.SimpleNamespace(device=device), device=lambda kind, index: index,
                                        empty=lambda shape, dtype, device: FakeTensor(shape, dtype, device=device),
                                        empty_like=lambda t: FakeTensor(t.shape, t.dtype, device=t.device_index))
