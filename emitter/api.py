@@ -299,7 +299,8 @@ def profile_instances(source: str | os.PathLike | Any, *, problems: Sequence[Any
         cfg = cfg.replace(baselines=tuple(baselines))
     if quick:
         cfg = cfg.replace(timing=Timing(warmup=3, iterations=20, repeats=2, rotate=cfg.timing.rotate,
-                                        blocking_kernel=cfg.timing.blocking_kernel))
+                                        blocking_kernel=cfg.timing.blocking_kernel,
+                                        workspace_reset=cfg.timing.workspace_reset))
     out_dir = Path(out) if out is not None else Path(cfg.output.dir)
     the_plan = plan(cfg, tuple(select), tuple(exclude))
     if backend != "fake" and len(check_built(the_plan)) == len(the_plan.instances):

@@ -882,7 +882,7 @@ def test_gpu_engine_kernel_flow_without_a_gpu(monkeypatch):
         info = {"grid": [1, 1, 1]}
         resets = [(1, 256), None]
 
-        def __init__(self, kernel, data, stream, split_k=1, options=0):
+        def __init__(self, kernel, data, stream, split_k=1, options=0, workspace_reset="library"):
             calls.append("prepare")
 
         def __call__(self, i):
@@ -990,7 +990,7 @@ def test_gpu_engine_head_to_head_without_a_gpu(monkeypatch):
     seen: dict = {}
 
     class Launch:
-        def __init__(self, kernel, data, stream, split_k=1, options=0):
+        def __init__(self, kernel, data, stream, split_k=1, options=0, workspace_reset="library"):
             seen["launch"] = (stream, split_k, options)
 
         def __call__(self, i):
@@ -1014,7 +1014,7 @@ def test_gpu_engine_head_to_head_without_a_gpu(monkeypatch):
             return stats, stats
 
     eng = GpuEngine.__new__(GpuEngine)
-    eng.timer, eng.stream = Timer(), "S"
+    eng.config, eng.timer, eng.stream = cfg_text(BASE), Timer(), "S"
     data = type("D", (), {"sets": [0, 1, 2]})()
     from emitter.families.base import runtime_family
     gemm_kernel = type("K", (), {"hooks": runtime_family("gemm")})()

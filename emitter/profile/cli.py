@@ -76,6 +76,10 @@ def _manifest_source(config: Path) -> bool:
 @click.option("--no-check", is_flag=True, help="skip the correctness check before timing (not recommended)")
 @click.option("--no-baseline", is_flag=True, help="do not time cuBLAS")
 @click.option("--quick", is_flag=True, help="fewer launches (warm-up 3, 20 iterations, 2 repeats): a smoke run")
+@click.option("--workspace-reset", type=click.Choice(["library", "settled"]), default=None,
+              help="library: kernels whose shim zeroes a workspace (stream-K / split-K locks) pay that memset "
+                   "before every timed launch, as each call into the exported library does; settled: only where a "
+                   "launch leaves it non-zero, the kernel alone (default: config's timing.workspace_reset, library)")
 @click.option("--all-kernels", is_flag=True, help="print every kernel, not only the best per problem")
 @click.option("--no-plots", is_flag=True, help="do not write PNG plots")
 @click.option("--replay", type=click.Path(exists=True, path_type=Path), default=None,
@@ -100,7 +104,7 @@ def profile_cmd(config: Path | None, out: Path | None, select: tuple[str, ...], 
                 problem_texts: tuple[str, ...], problems_file: Path | None, m: str | None, n: str | None,
                 k: str | None, batch: str | None, gpus: str | None, backend: str, no_check: bool, no_baseline: bool,
                 quick: bool, all_kernels: bool, no_plots: bool, replay: Path | None, resume: bool, stall_timeout: float, options_text: str | None, tie_tolerance: float | None,
-                executor: str = "local", address: str | None = None) -> None:
+                executor: str = "local", address: str | None = None, workspace_reset: str | None = None) -> None:
     """Profile the kernels of CONFIG (a profile YAML, or a manifest directory) against cuBLAS in the same run.
 
     Each kernel is checked for correctness on each problem, then timed with CUDA events (warm-up, median of
@@ -181,7 +185,12 @@ def profile_cmd(config: Path | None, out: Path | None, select: tuple[str, ...], 
         cfg = cfg.replace(baselines=())
     if quick:
         cfg = cfg.replace(timing=Timing(warmup=3, iterations=20, repeats=2, rotate=cfg.timing.rotate,
-                                        blocking_kernel=cfg.timing.blocking_kernel))
+                                        blocking_kernel=cfg.timing.blocking_kernel,
+                                        workspace_reset=cfg.timing.workspace_reset))
+    if workspace_reset is not None:
+        from dataclasses import replace as _replace
+
+        cfg = cfg.replace(timing=_replace(cfg.timing, workspace_reset=workspace_reset))
     if options_text is not None:
         from emitter.runtime.options import SchedulerOptions
 

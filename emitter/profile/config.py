@@ -17,6 +17,10 @@
       prune: 4                           # a kernel whose probe launch (after its check) takes more than 4x
                                          #   the best time so far on the problem (cuBLAS's included) is
                                          #   recorded as pruned with that probe time, not timed; 0: time all
+      workspace_reset: library           # library: a kernel whose host shim zeroes workspace (stream-K /
+                                         #   split-K locks) pays that memset before every timed launch, as
+                                         #   each call into the exported library does; settled: only where a
+                                         #   launch leaves the workspace non-zero (the kernel alone)
     check: true                          # each kernel is verified once per problem before its time counts
     alpha: 1.0
     beta: 0.0
@@ -53,7 +57,8 @@ from emitter.spec.loader import Document, KeyPath, load_file, parse_text
 SCHEMA_KEYS = ("description", "manifests", "manifest", "select", "exclude", "problems", "timing", "check",
                "alpha", "beta", "baselines", "selection", "gpus", "output", "peaks", "scheduler")
 TIMING_KEYS = ("warmup", "warmup_ms", "iterations", "min_duration_ms", "max_iterations", "repeats", "rotate",
-               "blocking_kernel", "prune")
+               "blocking_kernel", "prune", "workspace_reset")
+WORKSPACE_RESETS = ("library", "settled")     # emitter/profile/workspace.py
 OUTPUT_KEYS = ("dir", "csv", "json", "tuning", "plots")
 SELECTION_KEYS = ("tie_tolerance",)
 PROBLEM_KEYS = ("m", "n", "k", "batch")
@@ -159,6 +164,7 @@ class Timing:
     rotate: int | str | bool = "auto"     # "auto" | bytes | False
     blocking_kernel: bool = True
     prune: float = 4.0                # skip timing a kernel slower than this x the best so far (0: never)
+    workspace_reset: str = "library"  # "library": the shim's workspace memset before each timed launch | "settled"
 
 
 @dataclass(frozen=True)
@@ -443,7 +449,23 @@ def _timing(doc: Document, path: KeyPath, v: Any) -> Timing:
                             "the run-to-run noise", value=pr, allowed=["0 (time every kernel)", ">= 1.5"],
                             fix="use 0 to time every kernel, or a factor such as 4")
         kw["prune"] = float(pr)
+    if "workspace_reset" in v:
+        kw["workspace_reset"] = workspace_reset(v["workspace_reset"], doc, path + ("workspace_reset",))
     return Timing(**kw)
+
+
+def workspace_reset(v: Any, doc: Document | None = None, path: KeyPath = ("timing", "workspace_reset"),
+                    file: str = "<command line>") -> str:
+    """timing.workspace_reset (or --workspace-reset): one of WORKSPACE_RESETS, else a SpecError."""
+    if isinstance(v, str) and v.strip().lower() in WORKSPACE_RESETS:
+        return v.strip().lower()
+    msg = "workspace_reset takes 'library' or 'settled'"
+    fix = ("keep 'library' (time what a call into the exported library costs, its workspace memset included); "
+           "'settled' times the kernel alone")
+    if doc is not None:
+        raise doc.error(path, msg, value=v, allowed=list(WORKSPACE_RESETS), fix=fix)
+    raise SpecError(msg, file=file, key_path=".".join(map(str, path)), value=v, allowed=list(WORKSPACE_RESETS),
+                    fix=fix)
 
 
 def known_baselines() -> tuple[str, ...]:

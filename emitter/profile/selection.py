@@ -139,6 +139,8 @@ def tuning_table(choices: dict[tuple, Choice], figures: dict[tuple, dict[str, An
             "ties": list(ch.ties),
             "candidates": ch.candidates,
             "margin_ms": ch.margin_ms,
+            # timing.workspace_reset the winner was timed with (library: its shim's workspace memset included)
+            "workspace_reset": (w.extra or {}).get("workspace_reset_mode"),
         })
     return {
         "schema_version": TUNING_SCHEMA_VERSION,

@@ -159,7 +159,8 @@ class GpuEngine:
         def check() -> dict[str, Any]:
             return hooks.profile_check(data, kernel.config, self.use_torch, split_k=m.split_k, options=m.options)
 
-        launch = hooks.kernel_launch(kernel, data, self.stream, split_k=m.split_k, options=m.options)
+        launch = hooks.kernel_launch(kernel, data, self.stream, split_k=m.split_k, options=m.options,
+                                     workspace_reset=self.config.timing.workspace_reset)
         try:
             # the check: poison the outputs of set 0, one launch, compare with the reference
             hooks.profile_poison(data, 0)
@@ -177,7 +178,10 @@ class GpuEngine:
             measured = self.timer.measure(launch, len(data.sets))
             m.stats = measured.stats
             resets = [r[1] for r in getattr(launch, "resets", ()) if r]
+            # workspace_reset_mode: timing.workspace_reset, what the timed launches paid for the workspace
+            # (library: initialize()'s memset before each, emitter/profile/workspace.py)
             m.extra = {**self.extra(data), **measured.extra(), "launch": launch.info,
+                       "workspace_reset_mode": self.config.timing.workspace_reset,
                        "workspace_reset_bytes": max(resets) if resets else 0}
             if self.config.check:
                 # again after hundreds of launches: catches state (workspace, semaphores) that goes stale
@@ -198,7 +202,8 @@ class GpuEngine:
         hooks = kernel.hooks
         if baseline not in hooks.BASELINES:
             raise ValueError(f"no head-to-head for baseline {baseline!r}")
-        launch = hooks.kernel_launch(kernel, data, self.stream, split_k=m.split_k, options=m.options)
+        launch = hooks.kernel_launch(kernel, data, self.stream, split_k=m.split_k, options=m.options,
+                                     workspace_reset=self.config.timing.workspace_reset)
         try:
             base = hooks.baseline(baseline, data, self.stream)
             k, b = self.timer.interleave([launch, base.launch], len(data.sets))
@@ -325,7 +330,7 @@ class FakeEngine:
         if prune_ms and stats.median_ms > prune_ms:
             return _pruned(m, stats.median_ms, prune_ms, self.config.timing.prune)
         m.stats = stats
-        m.extra = self.extra(data)
+        m.extra = {**self.extra(data), "workspace_reset_mode": self.config.timing.workspace_reset}
         return m
 
     def head_to_head(self, kernel: Any, data: Any, m: Measurement, baseline: str) -> tuple[TimingStats, TimingStats]:

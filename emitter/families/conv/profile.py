@@ -279,10 +279,12 @@ def profile_poison(data: ConvProfileData, set_index: int = 0) -> None:
 class ConvLaunch:
     """One loaded conv kernel (PyCUDA backend: handle shim + fn) prepared on every operand set."""
 
-    def __init__(self, kernel: Any, data: ConvProfileData, stream: Any, split_k: int = 1, options: int = 0) -> None:
+    def __init__(self, kernel: Any, data: ConvProfileData, stream: Any, split_k: int = 1, options: int = 0,
+                 workspace_reset: str = "library") -> None:
         import pycuda.driver as drv
 
         from emitter.families.conv.abi import c_problem_from
+        from emitter.profile import workspace as wsr   # timing.workspace_reset: the shim's memset, as the library
         from emitter.runtime.backend import CannotImplement, LaunchFailed
         from emitter.runtime.launcher import PackedParams
         from emitter.runtime.shim import EMITTER_BUFFER_TOO_SMALL, EMITTER_CANNOT_IMPLEMENT, EMITTER_OK, status_name
@@ -305,6 +307,7 @@ class ConvLaunch:
         self.resets: list[Any] = []
         self.info: dict[str, Any] = {}
         self.drv = drv
+        self.mode = wsr.check_mode(workspace_reset)
         shim = h["shim"]
         try:
             for i in range(len(data.sets)):
@@ -319,6 +322,7 @@ class ConvLaunch:
                     buf = drv.mem_alloc(ws_bytes)
                     self._allocs.append(buf)
                     ws = int(buf)
+                    wsr.mark(drv, ws, ws_bytes)     # what initialize() zeroes is then read back (zeroed_range)
                 cap = max(int(q.params_bytes), 64)
                 status, params, launch = shim.initialize(prob, ws, stream.handle, cap)
                 if status == EMITTER_BUFFER_TOO_SMALL and launch.params_bytes > cap:
@@ -332,15 +336,22 @@ class ConvLaunch:
                     raise LaunchFailed(f"shim returned an empty launch: grid={grid} block={block}")
                 self.fn.allow_shared(shared)
                 self.launches.append((grid, block, PackedParams(params), shared))
-                self.resets.append(None)
+                self.resets.append(wsr.zeroed_range(drv, stream, ws, ws_bytes))
                 self.info = {**launch.as_dict(), "split_k": p.split_k}
             stream.synchronize()       # the shim's workspace memset on the stream
+            zeroed = any(r is not None for r in self.resets)
+            if self.mode == "settled":  # the kernel alone: no memset where a launch leaves the semaphores zeroed
+                wsr.settle(drv, self.fn, stream, self._handle, self.launches, self.resets)
+            self.info.update(wsr.describe(self.mode, zeroed, self.resets, len(self._allocs)))
         except Exception:
             self.free()
             raise
 
     def __call__(self, i: int) -> None:
-        grid, block, packed, shared = self.launches[i % len(self.launches)]
+        j = i % len(self.launches)
+        grid, block, packed, shared = self.launches[j]
+        if self.resets[j] is not None:     # library mode: initialize()'s memset, as each library call issues it
+            self.drv.memset_d8_async(self.resets[j][0], 0, self.resets[j][1], self.stream)
         self.fn.launch(grid, block, shared, self._handle, packed)
 
     def free(self) -> None:
@@ -353,7 +364,8 @@ class ConvLaunch:
 
 
 def kernel_launch(kernel: Any, data: ConvProfileData, stream: Any, **run_options: Any) -> ConvLaunch:
-    return ConvLaunch(kernel, data, stream, int(run_options.get("split_k", 1)), int(run_options.get("options", 0)))
+    return ConvLaunch(kernel, data, stream, int(run_options.get("split_k", 1)), int(run_options.get("options", 0)),
+                      str(run_options.get("workspace_reset", "library")))
 
 
 # ------------------------------------------------------------------------------------------------ torch views

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from emitter.dtypes import DType
+from emitter.profile import workspace as wsr
 from emitter.profile.config import Problem
 from emitter.profile.records import Op
 from emitter.families.gemm.config import GemmConfig
@@ -30,8 +31,8 @@ from emitter.runtime.backend import CannotImplement, CudaFault, Kernel, LaunchFa
 from emitter.runtime.hostdata import storage_dtype
 from emitter.runtime.launcher import DriverError, PackedParams
 
-_WS_MARK = 0xA5                    # workspace bytes before initialize(): what it zeroes shows up as 0
-_WS_SCAN_LIMIT = 256 << 20         # larger workspaces are zeroed whole before each launch
+_WS_MARK = wsr.MARK                # workspace bytes before initialize(): what it zeroes shows up as 0
+_WS_SCAN_LIMIT = wsr.SCAN_LIMIT    # larger workspaces are zeroed whole before each launch
 
 _STICKY = ("illegal memory access", "illegal address", "unspecified launch failure", "misaligned address",
            "illegal instruction", "invalid program counter", "device-side assert", "hardware stack error",
@@ -163,15 +164,21 @@ class ProblemData:
 
 
 class KernelLaunch:
-    """One loaded kernel prepared on every operand set of a ProblemData."""
+    """One loaded kernel prepared on every operand set of a ProblemData.
+
+    workspace_reset (profile config timing.workspace_reset, emitter/profile/workspace.py): "library" (default)
+    re-zeroes, on the stream before every launch, the workspace bytes initialize() zeroed, as the exported library's
+    call path does (it runs initialize() on every call); "settled" drops that memset where one launch leaves those
+    bytes zeroed (the kernel alone). The mode and what it led to are in self.info (the measurement's record)."""
 
     def __init__(self, kernel: Kernel, data: ProblemData, stream: Any, split_k: int = 1, options: int = 0,
-                 settle: bool = True) -> None:
+                 workspace_reset: str = wsr.DEFAULT) -> None:
         import pycuda.driver as drv
 
         from emitter.families.gemm.abi import EmitterGemmProblem
         from emitter.runtime.shim import EMITTER_BUFFER_TOO_SMALL, EMITTER_CANNOT_IMPLEMENT, EMITTER_OK, status_name
 
+        self.mode = wsr.check_mode(workspace_reset)
         self.drv = drv
         self.kernel = kernel
         self.data = data
@@ -184,8 +191,9 @@ class KernelLaunch:
         p = data.gp.resolved(kernel.config)
         self.launches: list[tuple[tuple[int, int, int], tuple[int, int, int], bytes, int]] = []
         # (pointer, bytes) of workspace that initialize() zeroes and every launch must find zeroed again: re-zeroed
-        # on the stream before each launch, as CUTLASS's own device adapter does in every run(), unless one
-        # launch leaves them zeroed (_settle_workspaces)
+        # on the stream before each launch, as the library's initialize() does on every call (and CUTLASS's own
+        # device adapter in every run()); in "settled" mode not where one launch leaves them zeroed
+        # (_settle_workspaces)
         self.resets: list[tuple[int, int] | None] = []
         self.info: dict[str, Any] = {}
         self._allocs: list[Any] = []
@@ -212,7 +220,7 @@ class KernelLaunch:
                     buf = drv.mem_alloc(ws_bytes)
                     self._allocs.append(buf)
                     ws = int(buf)
-                    drv.memset_d8(ws, _WS_MARK, ws_bytes)
+                    wsr.mark(drv, ws, ws_bytes)
                 capacity = max(int(q.params_bytes), 64)
                 status, params, launch = shim.initialize(prob, ws, stream.handle, capacity)
                 if status == EMITTER_BUFFER_TOO_SMALL and launch.params_bytes > capacity:
@@ -230,7 +238,9 @@ class KernelLaunch:
                 self.resets.append(self._zeroed_range(ws, ws_bytes) if ws_bytes else None)
                 self.info = launch.as_dict()
             stream.synchronize()            # workspace initialisation on the stream
-            if settle:                      # False: memset before every launch, as before (benchmarks/workspace_reset.py)
+            self.info.update(wsr.describe(self.mode, any(r is not None for r in self.resets), self.resets,
+                                          self.workspace_bytes))
+            if self.mode == "settled":      # "library": the memset before every launch, as the library issues it
                 self._settle_workspaces()
         except (drv.Error, DriverError) as e:
             self.free()
@@ -240,55 +250,27 @@ class KernelLaunch:
             raise
 
     def _settle_workspaces(self) -> None:
-        """Drop the per-launch re-zeroing where one launch leaves the zeroed bytes at zero again.
+        """`settled` mode: drop the per-launch re-zeroing where one launch leaves the zeroed bytes at zero again.
 
         emitter's sm90a stream-K / split-K scheduler (templates/gemm/sm90a/stream_k.cu.j2) sets each tile lock back to
         zero when the tile is done, as does any launch that needed no lock; then the next launch finds the workspace
-        as initialize() left it, and a memset on the stream (1.0-3.0 us a launch on an H100
-        where splits were reduced, benchmarks/workspace_reset.py) would only add its own time. One launch per set, read back: the bytes still
-        zero -> no reset for that set. A kernel that leaves its locks counted up keeps the memset. The profiler's
-        check after the timed launches (worker.py) runs on the workspace the timed launches left behind."""
-        kept = 0
-        for j, reset in enumerate(self.resets):
-            if reset is None:
-                continue
-            if reset[1] > _WS_SCAN_LIMIT:       # too large to read back: keep the memset
-                kept += 1
-                continue
-            grid, block, packed, shared = self.launches[j]
-            self.fn.launch(grid, block, shared, self._handle, packed)
-            self.stream.synchronize()
-            host = np.empty(reset[1], dtype=np.uint8)
-            self.drv.memcpy_dtoh(host, reset[0])
-            if np.any(host):
-                self.drv.memset_d8(reset[0], 0, reset[1])   # as initialize() left it, for the first timed launch
-                kept += 1
-            else:
-                self.resets[j] = None
-        if kept:
-            self.info["workspace_reset"] = "memset before each launch"
-        elif self.workspace_bytes:
-            self.info["workspace_reset"] = "none: each launch leaves the zeroed workspace zeroed"
+        as initialize() left it, and the memset on the stream (1.0-3.0 us a launch on an H100 where splits were
+        reduced, benchmarks/workspace_reset.py) is what the library adds, not the kernel. One launch per set, read
+        back: the bytes still zero -> no reset for that set. A kernel that leaves its locks counted up keeps the
+        memset. The profiler's check after the timed launches (worker.py) runs on the workspace the timed launches
+        left behind."""
+        zeroed = any(r is not None for r in self.resets)
+        wsr.settle(self.drv, self.fn, self.stream, self._handle, self.launches, self.resets)
+        self.info.update(wsr.describe(getattr(self, "mode", "settled"), zeroed, self.resets, self.workspace_bytes))
 
     def _zeroed_range(self, ws: int, ws_bytes: int) -> tuple[int, int] | None:
         """Which bytes of the workspace initialize() set to zero (they were marked before it ran)."""
-        self.stream.synchronize()
-        if ws_bytes > _WS_SCAN_LIMIT:
-            return (ws, ws_bytes)
-        host = np.empty(ws_bytes, dtype=np.uint8)
-        self.drv.memcpy_dtoh(host, ws)
-        zero = np.flatnonzero(host == 0)
-        if zero.size == 0:
-            return None
-        lo, hi = int(zero[0]), int(zero[-1]) + 1
-        return (ws + lo, hi - lo)
+        return wsr.zeroed_range(self.drv, self.stream, ws, ws_bytes)
 
     def __call__(self, i: int) -> None:
         j = i % len(self.launches)
         grid, block, packed, shared = self.launches[j]
-        reset = self.resets[j]
-        if reset is not None:
-            self.drv.memset_d8_async(reset[0], 0, reset[1], self.stream)
+        wsr.before_launch(self.drv, self.stream, self.resets[j])
         self.fn.launch(grid, block, shared, self._handle, packed)
 
     def free(self) -> None:
