@@ -35,7 +35,7 @@ from emitter.errors import SpecError
 from emitter.families.attention.model import (
     AUTO, HEAD_DIMS, Arch, AttentionInstance, Layout, Mask, Schedule,
 )
-from emitter.spec import points
+from emitter.spec import points, values
 from emitter.spec.loader import Document, KeyPath
 from emitter.spec.points import Assign
 Parser = Callable[[Document, KeyPath, Any], Any]
@@ -46,21 +46,7 @@ DTYPES = (DType.f16, DType.bf16, DType.e4m3)
 
 
 def _enum(enum: type, aliases: dict[str, str] | None = None) -> Parser:
-    allowed = [e.value if isinstance(e.value, str) else e.value[0] for e in enum]
-
-    def parse(doc: Document, path: KeyPath, v: Any) -> Any:
-        if isinstance(v, bool) or not isinstance(v, str):
-            raise doc.error(path, f"expected one of the names below, got {type(v).__name__}", value=v,
-                            allowed=allowed, fix=f"use one of: {', '.join(allowed)}")
-        text = v.strip().lower()
-        if aliases:
-            text = aliases.get(text, text)
-        for e in enum:
-            if (e.value if isinstance(e.value, str) else e.value[0]) == text:
-                return e
-        raise doc.error(path, f"unknown value '{v}'", value=v, allowed=allowed,
-                        fix=f"use one of: {', '.join(allowed)}")
-    return parse
+    return values.enum_parser(enum, aliases, fix_on_type=True)
 
 
 def _dtype(doc: Document, path: KeyPath, v: Any) -> DType:
@@ -102,11 +88,7 @@ def _int_range(lo: int, hi: int, *, auto: bool = False, what: str = "value") -> 
     return parse
 
 
-def _bool(doc: Document, path: KeyPath, v: Any) -> bool:
-    if not isinstance(v, bool):
-        raise doc.error(path, "true or false is expected", value=v, allowed=["true", "false"],
-                        fix="write true or false, unquoted")
-    return v
+_bool = values.boolean
 
 
 def _tile(doc: Document, path: KeyPath, v: Any) -> tuple[int, int]:

@@ -17,7 +17,7 @@ from emitter.families.gemm.model import (
     AUTO, Activation, Arch, Bias, Epilogue, EpilogueSchedule, GemmInstance, KernelSchedule, Layout,
     OpClass, Promotion, Raster, Reduction, Shape3, SplitK, TileScheduler,
 )
-from emitter.spec import points
+from emitter.spec import points, values
 from emitter.spec.loader import Document, KeyPath, format_path
 from emitter.spec.points import Assign  # canonical key -> parsed value (one point of one sweep axis)
 from emitter.spec.sweep import check_sweep
@@ -38,20 +38,7 @@ class _Ctx:
 # ---------------------------------------------------------------- scalar parsers (value -> enum/int)
 
 def _enum(enum: type, aliases: dict[str, str] | None = None) -> Callable[[_Ctx, KeyPath, Any], Any]:
-    allowed = [e.value if isinstance(e.value, str) else e.value[0] for e in enum]
-
-    def parse(ctx: _Ctx, path: KeyPath, v: Any) -> Any:
-        if isinstance(v, bool) or not isinstance(v, str):
-            raise ctx.err(path, f"expected one of the names below, got {type(v).__name__}", value=v, allowed=allowed)
-        text = v.strip().lower()
-        if aliases:
-            text = aliases.get(text, text)
-        for e in enum:
-            if (e.value if isinstance(e.value, str) else e.value[0]) == text:
-                return e
-        raise ctx.err(path, f"unknown value '{v}'", value=v, allowed=allowed,
-                      fix=f"use one of: {', '.join(allowed)}")
-    return parse
+    return values.enum_parser(enum, aliases)
 
 
 def _dtype(ctx: _Ctx, path: KeyPath, v: Any) -> DType:
@@ -101,11 +88,7 @@ def _int(lo: int, hi: int, *, auto: bool = False, choices: tuple[int, ...] | Non
     return parse
 
 
-def _bool(ctx: _Ctx, path: KeyPath, v: Any) -> bool:
-    if not isinstance(v, bool):
-        raise ctx.err(path, "true or false is expected", value=v, allowed=["true", "false"],
-                      fix="write true or false, unquoted")
-    return v
+_bool = values.boolean
 
 
 FLT_MAX = 3.4028234663852886e38   # the epilogue's bounds are C++ float literals: they must fit a float
