@@ -164,6 +164,9 @@ def _resolve_gemm_1x1(inst: ConvInstance, a: DType) -> ConvInstance | Rejection:
     if inst.accumulator is not DType.f32:
         return reject(inst, "gemm-1x1-accumulator", f"accumulator {inst.accumulator}: kernel gemm_1x1 accumulates "
                                                     f"in f32: use accumulator: f32")
+    if inst.epilogue.bias and inst.op is not ConvOp.fprop:
+        return reject(inst, "bias-fprop-only", f"a per-channel bias belongs to the forward output; {inst.op} writes a "
+                                               f"gradient: remove bias")
     if inst.split_k is not SplitK.none:
         return reject(inst, "gemm-1x1-split-k", f"split_k {inst.split_k}: kernel gemm_1x1 splits the reduction with "
                                                 f"its tile scheduler: use scheduler: stream_k and remove split_k")
