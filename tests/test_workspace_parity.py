@@ -397,3 +397,11 @@ def test_library_mode_times_the_stream_k_memset_on_the_gpu(tmp_path):
     for (prob, split), a, b, nbytes in rows:
         print(f"\n{prob} split {split}: library {a:.2f} us, settled {b:.2f} us, memset {a - b:+.2f} us ({nbytes} B)")
     assert all(a > b for _, a, b, _ in rows), rows
+
+
+def test_a_record_from_before_the_setting_reads_back_as_settled():
+    """profile.json / job configs written before timing.workspace_reset timed the kernel alone."""
+    d = cfg().to_json()
+    del d["timing"]["workspace_reset"]
+    assert ProfileConfig.from_json(d).timing.workspace_reset == "settled"
+    assert ProfileConfig.from_json(cfg().to_json()).timing.workspace_reset == "library"
