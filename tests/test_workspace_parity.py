@@ -405,3 +405,56 @@ def test_a_record_from_before_the_setting_reads_back_as_settled():
     del d["timing"]["workspace_reset"]
     assert ProfileConfig.from_json(d).timing.workspace_reset == "settled"
     assert ProfileConfig.from_json(cfg().to_json()).timing.workspace_reset == "library"
+
+
+CONV_SPEC = """\
+kernels:
+  - family: conv
+    arch: sm80
+    op: wgrad
+    dtype: {a: f16, c: f16, accumulator: f32, epilogue: f32}
+    tile: 128x128x32
+    warp: 64x64x32
+    stages: 4
+    split_k: serial
+"""
+
+
+@pytest.fixture(scope="module")
+def conv_entry(tmp_path_factory):
+    from emitter.emit import emit
+    from emitter.manifest import load
+
+    out = tmp_path_factory.mktemp("conv")
+    (out / "spec.yaml").write_text(CONV_SPEC)
+    emit([out / "spec.yaml"], out / "k")
+    (entry,) = load(out / "k")["instances"]
+    return entry
+
+
+@pytest.mark.parametrize("mode", ["library", "settled"])
+def test_conv_launch_times_the_sm80_semaphore_memset_in_library_mode(monkeypatch, conv_entry, mode):
+    """ConvLaunch end to end on the simulated driver: an sm80 serial split-K wgrad shim zeroes its semaphores in
+    initialize() (the library does so on every call); library mode repeats that memset before each timed launch,
+    settled mode drops it since each launch leaves the semaphores at zero."""
+    from emitter.families.conv import profile as cp
+    from emitter.families.conv import runtime as hooks
+    from emitter.profile.config import problems_from_text
+
+    dev = _Device()
+    dev.install(monkeypatch)
+    cc = hooks.config_from_entry(conv_entry)
+    (problem,) = problems_from_text(["n=8,h=28,w=28,c=64,k=64,r=3,s=3,pad=1"], families=["conv"])
+    data = cp.ConvProfileData(hooks.profile_op(cc), problem, 1.0, 0.0,
+                              [cp.ConvSet(x=1 << 20, w=2 << 20, y=3 << 20) for _ in range(2)], arena=None)
+    shim = _Shim(dev)
+    kernel = types.SimpleNamespace(name="k", config=cc,
+                                   handle={"shim": shim, "fn": _Fn(dev, resets_locks=True)})
+    launch = cp.kernel_launch(kernel, data, _Stream(), split_k=2, options=0, workspace_reset=mode)
+    dev.log.clear()
+    launch(0)
+    launch(1)
+    kinds = [e[0] for e in dev.log]
+    assert kinds == (["memset", "launch"] * 2 if mode == "library" else ["launch"] * 2)
+    assert launch.info["workspace_reset_mode"] == mode
+    assert launch.info["workspace_reset"].startswith("memset" if mode == "library" else "none: each launch")
