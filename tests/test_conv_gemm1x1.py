@@ -312,3 +312,15 @@ def test_sm90a_gemm_1x1_fprop_builds_and_refuses_non_gemm_problems(tmp_path):
     prob.stride_x[3] = 68      # a row pitch that breaks the 16-byte rows
     prob.stride_x[2], prob.stride_x[0] = 68 * 56, 68 * 56 * 56
     assert shim.query(prob)[0] == EMITTER_CANNOT_IMPLEMENT
+
+
+def test_planted_bugs_for_gemm_1x1_are_the_ones_that_apply():
+    from emitter.families.conv.runner import PLANTED, planted_bugs, planted_problem
+
+    g = ConvConfig.from_entry({"name": "g", "config": one(BASE + "op: fprop\nepilogue: {bias: true}\n").config()})
+    i = ConvConfig.from_entry({"name": "i", "config": one("family: conv\narch: sm90a\nop: fprop\ndtype: f16\n"
+                                                          "tile: 128x128x64\n").config()})
+    assert planted_bugs(g) == ("row_short",) and planted_bugs(i) == PLANTED
+    p = planted_problem(g)
+    assert (p.r, p.s) == (1, 1) and p.bias and not_supported_reasons(g.cfg, p) == []
+    assert planted_problem(i).r == 3

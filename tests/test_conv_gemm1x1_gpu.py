@@ -154,3 +154,15 @@ def test_stream_k_relaunch_on_one_initialize(kernels):
             verdict = hooks.compare(kern.cfg, p, inputs, {"w": got}, ref)
             assert verdict["status"] == "PASSED", (kern.name, i, verdict.get("reason"))
         assert np.prod(launch.grid) >= 1 and kern.cfg.a in (DType.f16, DType.bf16)
+
+
+def test_planted_short_output_is_caught(kernels):
+    from emitter.families.conv.runner import expected_reason, planted_bugs, planted_problem, run_case
+
+    for name, kern in kernels.items():
+        p = planted_problem(kern.cfg)
+        assert (p.r, p.s) == (1, 1) and planted_bugs(kern.cfg) == ("row_short",)
+        clean = run_case(kern, p, "normal", 7)
+        assert clean["status"] == "PASSED", (name, clean.get("reason"))
+        v = run_case(kern, p, "normal", 7, planted="row_short")
+        assert expected_reason("row_short", v), (name, v.get("status"), v.get("unwritten"), v.get("reason"))

@@ -126,9 +126,17 @@ class ConvKernel:
 PLANTED = ("wrong_padding", "swapped_filter_axes", "stride_ignored", "row_short")
 
 
+def planted_bugs(cfg: ConvConfig) -> tuple[str, ...]:
+    """The planted bugs that apply to an instance: a `kernel: gemm_1x1` instance runs 1x1, stride-1, unpadded
+    problems only (padding and stride bugs are refused, and swapping R and S of a 1x1 filter changes nothing)."""
+    return ("row_short",) if cfg.kernel == "gemm_1x1" else PLANTED
+
+
 def planted_problem(cfg: ConvConfig) -> ConvProblem:
-    """A problem every planted bug changes visibly: 3x3, stride 2, padding 1, odd sizes."""
+    """A problem every planted bug changes visibly: 3x3, stride 2, padding 1, odd sizes (1x1 for gemm_1x1)."""
     al = max(cfg.alignment_a, cfg.alignment_b, cfg.alignment_c, 8)
+    if cfg.kernel == "gemm_1x1":
+        return ConvProblem(n=2, h=15, w=13, c=al * 3, k=al * 5, r=1, s=1, bias=cfg.bias)
     return ConvProblem(n=2, h=15, w=13, c=al * 3, k=al * 5, r=3, s=3, pad_front=(0, 1, 1), pad_back=(0, 1, 1),
                        stride=(1, 2, 2) if cfg.stride_support != "unity" else (1, 1, 1))
 
@@ -264,6 +272,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"SKIP  {kern.name}  planted bugs: the planted problem does not apply ({'; '.join(why)})")
                 continue
             for bug in PLANTED:
+                if bug not in planted_bugs(kern.cfg):
+                    print(f"SKIP  {kern.name}  planted {bug}: does not apply to a gemm_1x1 instance")
+                    continue
                 if bug == "stride_ignored" and p.stride[1] == 1:
                     print(f"SKIP  {kern.name}  planted {bug}: a unity-stride instance")
                     continue
