@@ -241,9 +241,8 @@ class KernelLaunch:
     def __init__(self, kernel: Any, data: AttentionData, stream: Any, **run_options: Any) -> None:
         from emitter.families.attention.problem import not_supported_reasons
         from emitter.families.attention.runtime import c_problem
+        from emitter.runtime import prepare
         from emitter.runtime.backend import CannotImplement, LaunchFailed
-        from emitter.runtime.launcher import PackedParams
-        from emitter.runtime.shim import EMITTER_BUFFER_TOO_SMALL, EMITTER_CANNOT_IMPLEMENT, EMITTER_OK, status_name
 
         self.launches: list[tuple[tuple[int, int, int], tuple[int, int, int], Any, int]] = []
         self.info: dict[str, Any] = {}
@@ -265,11 +264,8 @@ class KernelLaunch:
         try:
             for s in data.sets:
                 prob = c_problem(cfg, data.vp, s)          # no "lse" pointer: the LSE is not written
-                status, q = shim.query(prob)
-                if status == EMITTER_CANNOT_IMPLEMENT:
-                    raise CannotImplement(f"{kernel.name}_query: can_implement is false for {data.problem.key}")
-                if status != EMITTER_OK:
-                    raise LaunchFailed(f"emitter_{kernel.name}_query returned {status_name(status)}")
+                q = prepare.query(shim, prob, kernel.name,
+                                  refusal=f"{kernel.name}_query: can_implement is false for {data.problem.key}")
                 ws = 0
                 if int(q.workspace_bytes) > 0:
                     import pycuda.driver as drv
@@ -277,20 +273,10 @@ class KernelLaunch:
                     buf = drv.mem_alloc(int(q.workspace_bytes))
                     self._allocs.append(buf)
                     ws = int(buf)
-                capacity = max(int(q.params_bytes), 64)
-                status, params, launch = shim.initialize(prob, ws, stream.handle, capacity)
-                if status == EMITTER_BUFFER_TOO_SMALL and launch.params_bytes > capacity:
-                    status, params, launch = shim.initialize(prob, ws, stream.handle, int(launch.params_bytes))
-                if status == EMITTER_CANNOT_IMPLEMENT:
-                    raise CannotImplement(f"{kernel.name}_initialize: can_implement is false for {data.problem.key}")
-                if status != EMITTER_OK or not params:
-                    raise LaunchFailed(f"emitter_{kernel.name}_initialize returned {status_name(status)}")
-                grid, block = tuple(launch.grid), tuple(launch.block)
-                if min(grid) < 1 or min(block) < 1:
-                    raise LaunchFailed(f"shim returned an empty launch: grid={grid} block={block}")
-                shared = int(launch.shared_bytes)
-                self.fn.allow_shared(shared)
-                self.launches.append((grid, block, PackedParams(params), shared))
+                entry, launch = prepare.initialize(
+                    shim, self.fn, prob, ws, stream.handle, q, kernel.name,
+                    refusal=f"{kernel.name}_initialize: can_implement is false for {data.problem.key}")
+                self.launches.append(entry)
                 self.info = launch.as_dict()
             stream.synchronize()
         except Exception:

@@ -27,9 +27,10 @@ from emitter.profile.records import Op
 from emitter.families.gemm.config import GemmConfig
 from emitter.families.gemm.layout import MatrixLayout
 from emitter.families.gemm.problem import GemmProblem
+from emitter.runtime import prepare
 from emitter.runtime.backend import CannotImplement, CudaFault, Kernel, LaunchFailed
 from emitter.runtime.hostdata import storage_dtype
-from emitter.runtime.launcher import DriverError, PackedParams
+from emitter.runtime.launcher import DriverError
 
 _WS_MARK = wsr.MARK                # workspace bytes before initialize(): what it zeroes shows up as 0
 _WS_SCAN_LIMIT = wsr.SCAN_LIMIT    # larger workspaces are zeroed whole before each launch
@@ -176,7 +177,6 @@ class KernelLaunch:
         import pycuda.driver as drv
 
         from emitter.families.gemm.abi import EmitterGemmProblem
-        from emitter.runtime.shim import EMITTER_BUFFER_TOO_SMALL, EMITTER_CANNOT_IMPLEMENT, EMITTER_OK, status_name
 
         self.mode = wsr.check_mode(workspace_reset)
         self.drv = drv
@@ -209,11 +209,7 @@ class KernelLaunch:
                     batch_stride_A=p.batch_stride_a, batch_stride_B=p.batch_stride_b,
                     batch_stride_C=p.batch_stride_c, batch_stride_D=p.batch_stride_d,
                     alpha=p.alpha, beta=p.beta)
-                status, q = shim.query(prob)
-                if status == EMITTER_CANNOT_IMPLEMENT:
-                    raise CannotImplement(f"can_implement is false for {data.problem.key}")
-                if status != EMITTER_OK:
-                    raise LaunchFailed(f"emitter_{kernel.name}_query returned {status_name(status)}")
+                q = prepare.query(shim, prob, kernel.name, refusal=f"can_implement is false for {data.problem.key}")
                 ws, ws_bytes = 0, int(q.workspace_bytes)
                 self.workspace_bytes = max(self.workspace_bytes, ws_bytes)
                 if ws_bytes > 0:        # one workspace per set: a set's state is its own
@@ -221,20 +217,9 @@ class KernelLaunch:
                     self._allocs.append(buf)
                     ws = int(buf)
                     wsr.mark(drv, ws, ws_bytes)
-                capacity = max(int(q.params_bytes), 64)
-                status, params, launch = shim.initialize(prob, ws, stream.handle, capacity)
-                if status == EMITTER_BUFFER_TOO_SMALL and launch.params_bytes > capacity:
-                    status, params, launch = shim.initialize(prob, ws, stream.handle, int(launch.params_bytes))
-                if status == EMITTER_CANNOT_IMPLEMENT:
-                    raise CannotImplement(f"initialize: can_implement is false for {data.problem.key}")
-                if status != EMITTER_OK or not params:
-                    raise LaunchFailed(f"emitter_{kernel.name}_initialize returned {status_name(status)}")
-                grid, block = tuple(launch.grid), tuple(launch.block)
-                if min(grid) < 1 or min(block) < 1:
-                    raise LaunchFailed(f"shim returned an empty launch: grid={grid} block={block}")
-                shared = int(launch.shared_bytes)
-                fn.allow_shared(shared)
-                self.launches.append((grid, block, PackedParams(params), shared))
+                entry, launch = prepare.initialize(shim, fn, prob, ws, stream.handle, q, kernel.name,
+                                                   refusal=f"initialize: can_implement is false for {data.problem.key}")
+                self.launches.append(entry)
                 self.resets.append(self._zeroed_range(ws, ws_bytes) if ws_bytes else None)
                 self.info = launch.as_dict()
             stream.synchronize()            # workspace initialisation on the stream
