@@ -36,6 +36,28 @@ GEMM_SPEC = "kernels:\n" + GEMM_SM80_ENTRY + "    swizzle: 8\n" + GEMM_SM90A_ENT
 # The same pair without the swizzle (the conv library tests' GEMM kernels).
 GEMM_SPEC_NO_SWIZZLE = "kernels:\n" + GEMM_SM80_ENTRY + GEMM_SM90A_ENTRY
 
+# Family kernels the CPU and the GPU library tests both export.
+CONV_SM80_F16_ENTRY = """\
+  - family: conv
+    arch: sm80
+    op: [fprop, dgrad, wgrad]
+    dtype: {a: f16, c: f16, accumulator: f32, epilogue: f32}
+    tile: 128x128x64
+    warp: 64x64x64
+    stages: 3
+"""    # fprop, dgrad and wgrad
+ATTENTION_SM80_VARLEN_ENTRY = """\
+  - family: attention
+    arch: sm80
+    dtype: bf16
+    head_dim: 64
+    tile: 64x64
+    varlen: true
+    mask: causal_top_left
+    lse: true
+    gqa: true
+"""    # bf16, variable sequence lengths, causal from the top left
+
 
 def load_module(name: str, path: Path) -> ModuleType:
     """Import the Python file `path` as module `name` (registered in sys.modules), e.g. an exported

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _helpers import GEMM_SPEC  # noqa: E402
+from _helpers import ATTENTION_SM80_VARLEN_ENTRY, GEMM_SPEC  # noqa: E402
 from test_library import _FAKE_CUDA, _FAKE_KERNELS, _compile  # noqa: E402
 
 LIB = "attlib"
@@ -47,15 +47,7 @@ ATTENTION_SPEC = """\
     mask: none
     lse: [false, true]
     gqa: true
-  - family: attention
-    arch: sm80
-    dtype: bf16
-    head_dim: 64
-    tile: 64x64
-    varlen: true
-    mask: causal_top_left
-    lse: true
-    gqa: true
+""" + ATTENTION_SM80_VARLEN_ENTRY + """\
   - family: attention
     arch: sm90a
     dtype: f16

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _helpers import GEMM_SPEC, load_module  # noqa: E402
+from _helpers import ATTENTION_SM80_VARLEN_ENTRY, GEMM_SPEC, load_module  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
@@ -47,16 +47,7 @@ SPEC = GEMM_SPEC + """\
     mask: [none, causal_bottom_right]
     lse: true
     gqa: true
-  - family: attention
-    arch: sm80
-    dtype: bf16
-    head_dim: 64
-    tile: 64x64
-    varlen: true
-    mask: causal_top_left
-    lse: true
-    gqa: true
-"""
+""" + ATTENTION_SM80_VARLEN_ENTRY
 
 
 def _run(cmd, cwd=None):

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _helpers import GEMM_SPEC_NO_SWIZZLE, load_module  # noqa: E402
+from _helpers import CONV_SM80_F16_ENTRY, GEMM_SPEC_NO_SWIZZLE, load_module  # noqa: E402
 from test_library import _FAKE_CUDA  # noqa: E402
 from test_loader import DT, FakeTensor, contiguous  # noqa: E402
 
@@ -35,14 +35,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E
 CXX = shutil.which("g++") or shutil.which("c++")
 LIB = "cvlib"
 
-SPEC = GEMM_SPEC_NO_SWIZZLE + """\
-  - family: conv
-    arch: sm80
-    op: [fprop, dgrad, wgrad]
-    dtype: {a: f16, c: f16, accumulator: f32, epilogue: f32}
-    tile: 128x128x64
-    warp: 64x64x64
-    stages: 3
+SPEC = GEMM_SPEC_NO_SWIZZLE + CONV_SM80_F16_ENTRY + """\
   - family: conv
     arch: sm80
     op: fprop
