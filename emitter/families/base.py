@@ -168,7 +168,10 @@ class RuntimeFamily(Protocol):
         device-resident operand sets (random, seeded by op and problem); `.sets`, `.working_set_bytes`,
         `.free()`
     kernel_launch(kernel, data, stream, **run_options) -> launch
-        launch(i) runs the loaded kernel on operand set i; `.info` (grid, block, ...), `.free()`
+        launch(i) runs the loaded kernel on operand set i; `.info` (grid, block, ...), `.free()`; run_options:
+        split_k, options, workspace_reset ("library": any workspace the shim's initialize() zeroes is zeroed
+        again on the stream before each launch, as the exported library pays it; "settled": not where a launch
+        leaves it zeroed; emitter/profile/workspace.py); `.resets` (optional): (pointer, bytes) or None per set
     baseline(name, data, stream) -> BaselineLaunch     raises BaselineUnavailable
     profile_check(data, config, use_torch, **run_options) -> dict
         (the caller poisoned and launched on set 0) compare set 0's outputs with the reference: {"passed",
