@@ -3,7 +3,7 @@
 The exported library calls an instance's host shim `emitter_<name>_initialize` on every call, and a shim whose
 kernel keeps state in its workspace zeroes that state there, on the caller's stream, before the launch: sm90a GEMM
 stream-K / split-K tile locks (GemmKernel::initialize_workspace, templates/gemm/sm90a/entry.cu.j2), sm90a conv
-(ConvKernel::initialize_workspace) and sm80 conv serial split-K semaphores (cudaMemsetAsync,
+(ConvKernel::initialize_workspace: its stream-K 1x1 kernels' locks) and sm80 conv serial split-K semaphores (cudaMemsetAsync,
 templates/conv/sm80/entry.cu.j2). A kernel launch in the profiler runs initialize() once per operand set and then
 launches many times, so it decides itself whether each timed launch is preceded by that memset
 (profile config `timing.workspace_reset`, `emitter profile --workspace-reset`):
@@ -29,6 +29,7 @@ from emitter.profile.config import WORKSPACE_RESETS as MODES   # ("library", "se
 DEFAULT = "library"
 MARK = 0xA5                      # workspace bytes before initialize(): what it zeroes shows up as 0
 SCAN_LIMIT = 256 << 20           # larger workspaces are zeroed whole before each launch (not read back)
+
 
 def check_mode(mode: Any) -> str:
     if mode not in MODES:
