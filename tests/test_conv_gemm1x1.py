@@ -90,6 +90,7 @@ def test_implicit_instances_keep_their_names_and_configs():
     ("op: fprop\nstages: 9\n", "smem", "fewer stages"),
     ("op: fprop\ncluster: 2x2x1\n", "cluster", "1x1x1"),
     ("op: wgrad\nepilogue: {bias: true}\n", "bias-fprop-only", "remove bias"),
+    ("op: fprop\nswap_ab: true\n", "gemm-1x1-swap-ab", "remove swap_ab"),
 ])
 def test_rejections_name_rule_and_fix(extra, rule, fix):
     text = BASE + extra
@@ -107,6 +108,8 @@ def test_sm80_and_implicit_schedules_are_rejected():
     assert isinstance(r, Rejection) and r.rule == "gemm-1x1-sm90a-only" and "arch: sm90a" in r.reason
     r = one("family: conv\narch: sm90a\nop: fprop\ndtype: f16\ntile: 128x128x64\nschedule: pingpong\n")
     assert isinstance(r, Rejection) and r.rule == "schedule-gemm-1x1-only" and "kernel: gemm_1x1" in r.reason
+    r = one("family: conv\narch: sm90a\nop: wgrad\ndtype: f16\ntile: 128x128x64\nswap_ab: true\n")
+    assert isinstance(r, Rejection) and r.rule == "schedule-gemm-1x1-only"
 
 
 def test_unknown_kernel_value_is_a_spec_error():
@@ -159,6 +162,23 @@ def test_wgrad_renders_mn_major_operands_and_stream_k():
     assert "cutlass::bfloat16_t" in src
     _n, pp = _render(BASE + "op: fprop\nschedule: pingpong\n")
     assert "KernelTmaWarpSpecializedPingpong" in pp and "cutlass::epilogue::TmaWarpSpecialized;" in pp
+
+
+def test_wgrad_swap_ab_writes_dw_transposed_column_major():
+    name, src = _render("family: conv\narch: sm90a\ndtype: f16\ntile: 128x64x64\nkernel: gemm_1x1\nop: wgrad\n"
+                        "swap_ab: true\n")
+    assert name.endswith("_gemm1x1_coop_streamk_swapab")
+    assert "using LayoutA = cutlass::layout::ColumnMajor;" in src and "using LayoutB = cutlass::layout::RowMajor;" in src
+    assert "using LayoutC = cutlass::layout::ColumnMajor;" in src and "cute::get<1>(dC) = ldc;" in src
+    assert "int const M = p->c, N = p->k, K = int(npq);" in src and "long long const lda = ldx, ldb = ldy, ldc = ldw;" in src
+    assert "static_cast<ElementA const*>(p->ptr_x), dA, static_cast<ElementB const*>(p->ptr_y), dB" in src
+
+
+def test_3d_instance_checks_the_depth_stride():
+    _n, src = _render(BASE + "op: fprop\ndims: 3\n")
+    assert "if (given[1] && given[1] != want_d) return false;" in src and "a 2D instance: no depth" not in src
+    _n, src2 = _render(BASE + "op: fprop\n")
+    assert "given[1]" not in src2 and "a 2D instance: no depth" in src2
 
 
 def test_no_spec_text_reaches_cpp():

@@ -151,6 +151,7 @@ class ConvInstance:
     kernel: ConvKernelKind = ConvKernelKind.implicit
     schedule: ConvSchedule = ConvSchedule.auto             # gemm_1x1 only
     scheduler: ConvTileScheduler = ConvTileScheduler.auto  # gemm_1x1 only
+    swap_ab: bool = False        # gemm_1x1 wgrad only: compute dw^T[C, K] = x^T . dy (M = C, N = K), D column-major
     spec_file: str = field(default="", compare=False)
     spec_index: int = field(default=0, compare=False)
     spec_hash: str = field(default="", compare=False)
@@ -182,7 +183,7 @@ class ConvInstance:
             return v
         skip = {"spec_file", "spec_index", "spec_hash"}
         if self.kernel is ConvKernelKind.implicit:   # the implicit kernel's manifest entry stays as it always was
-            skip |= {"kernel", "schedule", "scheduler"}
+            skip |= {"kernel", "schedule", "scheduler", "swap_ab"}
         out = {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name not in skip}
         out["dims"] = self.dims
         return out

@@ -2,7 +2,7 @@
 
 conv<dims>d_<op>_<arch>_<a>_<c>_acc<acc>[_ep<compute>]_<layout>_<tile>_<w..|c..>[_i<instr>]_s<stages>
     [_<iterator>_<stride>_swz<N>] _al<a>x<b>x<c> _<activation>[_bias] [_splitk<serial|parallel>]
-    [_gemm1x1_<coop|pingpong>_<persistent|streamk>]      (kernel: gemm_1x1 only; implicit kernels keep their names)
+    [_gemm1x1_<coop|pingpong>_<persistent|streamk>[_swapab]]      (kernel: gemm_1x1 only; implicit kernels keep their names)
 Every configuration field appears (or is at its stated default), so different configs get different names.
 """
 
@@ -49,4 +49,6 @@ def instance_name(inst: ConvInstance) -> str:
         tiles = {ConvTileScheduler.auto: "auto", ConvTileScheduler.persistent: "persistent",
                  ConvTileScheduler.stream_k: "streamk"}
         parts += ["gemm1x1", sched[inst.schedule], tiles[inst.scheduler]]
+        if inst.swap_ab:
+            parts.append("swapab")
     return "_".join(parts).lower()

@@ -54,9 +54,10 @@ def resolve(inst: ConvInstance) -> ConvInstance | Rejection:
     if inst.arch not in ARCHES:
         return reject(inst, "arch", f"the CUTLASS 2.x conv module builds {', '.join(a.yaml for a in ARCHES)}, "
                                     f"not {inst.arch} (sm75 has no cp.async multistage conv here)")
-    if inst.kernel.value != "implicit" or inst.schedule.value != "auto" or inst.scheduler.value != "auto":
+    if (inst.kernel.value != "implicit" or inst.schedule.value != "auto" or inst.scheduler.value != "auto"
+            or inst.swap_ab):
         return reject(inst, "gemm-1x1-sm90a-only", f"kernel {inst.kernel} / schedule {inst.schedule} / scheduler "
-                                                   f"{inst.scheduler}: the persistent 1x1 GEMM route is built for "
+                                                   f"{inst.scheduler} / swap_ab: the persistent 1x1 GEMM route is built for "
                                                    f"arch: sm90a only: use arch: sm90a, or remove kernel/schedule/"
                                                    f"scheduler")
     a = DType.tf32 if inst.a is DType.f32 else inst.a

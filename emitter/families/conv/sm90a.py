@@ -88,11 +88,11 @@ def resolve(inst: ConvInstance) -> ConvInstance | Rejection:
                                              "non-persistent (one CTA per tile): remove `swizzle`")
     if inst.kernel is ConvKernelKind.gemm_1x1:
         return _resolve_gemm_1x1(inst, a)
-    if inst.schedule is not ConvSchedule.auto or inst.scheduler is not ConvTileScheduler.auto:
-        return reject(inst, "schedule-gemm-1x1-only", f"schedule {inst.schedule} / scheduler {inst.scheduler}: the "
+    if inst.schedule is not ConvSchedule.auto or inst.scheduler is not ConvTileScheduler.auto or inst.swap_ab:
+        return reject(inst, "schedule-gemm-1x1-only", f"schedule {inst.schedule} / scheduler {inst.scheduler} / swap_ab: the "
                                                       f"sm90 conv kernel has one schedule (non-persistent); persistent "
                                                       f"schedules are for `kernel: gemm_1x1` (1x1 fprop/wgrad): remove "
-                                                      f"schedule/scheduler or add kernel: gemm_1x1")
+                                                      f"schedule/scheduler/swap_ab or add kernel: gemm_1x1")
     if inst.op is ConvOp.dgrad and inst.stride_support is StrideSupport.strided:
         return reject(inst, "dgrad-strided-3x", "CUTLASS's sm90 dgrad collective computes unit-stride dgrad only (its "
                                                 "im2col TMA applies the traversal stride to dy; CUTLASS's sm100 kernels "
@@ -167,6 +167,9 @@ def _resolve_gemm_1x1(inst: ConvInstance, a: DType) -> ConvInstance | Rejection:
     if inst.epilogue.bias and inst.op is not ConvOp.fprop:
         return reject(inst, "bias-fprop-only", f"a per-channel bias belongs to the forward output; {inst.op} writes a "
                                                f"gradient: remove bias")
+    if inst.swap_ab and inst.op is not ConvOp.wgrad:
+        return reject(inst, "gemm-1x1-swap-ab", "swap_ab is built for wgrad (dw^T = x^T . dy); fprop's GEMM M = N*P*Q "
+                                                "is already the long side: remove swap_ab")
     if inst.split_k is not SplitK.none:
         return reject(inst, "gemm-1x1-split-k", f"split_k {inst.split_k}: kernel gemm_1x1 splits the reduction with "
                                                 f"its tile scheduler: use scheduler: stream_k and remove split_k")
@@ -292,19 +295,34 @@ def template_context(inst: ConvInstance) -> dict:
 def gemm_1x1_context(inst: ConvInstance) -> dict:
     """What templates/conv/sm90a/gemm1x1_*.cu.j2 add for `kernel: gemm_1x1` (enums and integers only)."""
     fprop = inst.op is ConvOp.fprop
+    swap = inst.swap_ab
     coop = inst.schedule is not ConvSchedule.pingpong
     stream_k = inst.scheduler is ConvTileScheduler.stream_k
     row, col = "cutlass::layout::RowMajor", "cutlass::layout::ColumnMajor"
+    if fprop:      # A = x [NPQ, C] K-major, B = w [K, C] (N x K, K-major), D = y [NPQ, K] row-major
+        ptrs, mnk, lds = ("x", "w"), "M = int(npq), N = p->k, K = p->c", "lda = ldx, ldb = ldw, ldc = ldy"
+        text = "GEMM M = N*Z*P*Q, N = K, K = C (x . w^T)"
+    elif not swap:  # A = dy [NPQ, K] read M-major, B = x [NPQ, C] read N-major, D = dw [K, C] row-major
+        ptrs, mnk, lds = ("y", "x"), "M = p->k, N = p->c, K = int(npq)", "lda = ldy, ldb = ldx, ldc = ldw"
+        text = "GEMM M = K, N = C, K = N*Z*P*Q (dy^T . x)"
+    else:          # A = x read M-major, B = dy read N-major, D = dw^T [C, K] column-major (the same dw [K, C] memory)
+        ptrs, mnk, lds = ("x", "y"), "M = p->c, N = p->k, K = int(npq)", "lda = ldx, ldb = ldy, ldc = ldw"
+        text = "GEMM M = C, N = K, K = N*Z*P*Q (dw^T = x^T . dy, D column-major)"
     return {
         "gemm_1x1": True,
-        # fprop: A = x [NPQ, C] K-major, B = w [K, C] (N x K, K-major); wgrad: A = dy [NPQ, K] read M-major,
-        # B = x [NPQ, C] read N-major; C/D row-major ([NPQ, K] y or [K, C] dw)
         "gemm_layout_a": row if fprop else col,
         "gemm_layout_b": col if fprop else row,
+        "gemm_layout_c": col if swap else row,
         "gemm_a_ld_mode": 0 if fprop else 1,
         "gemm_b_ld_mode": 0 if fprop else 1,
-        "gemm_text_1x1": ("GEMM M = N*Z*P*Q, N = K, K = C (x . w^T)" if fprop
-                          else "GEMM M = K, N = C, K = N*Z*P*Q (dy^T . x)"),
+        "gemm_c_ld_mode": 1 if swap else 0,
+        "gemm_ptr_a": ptrs[0],
+        "gemm_ptr_b": ptrs[1],
+        "gemm_tensor_a": tensor_text(inst, ptrs[0]),
+        "gemm_tensor_b": tensor_text(inst, ptrs[1]),
+        "gemm_mnk_cpp": mnk,
+        "gemm_lds_cpp": lds,
+        "gemm_text_1x1": text,
         "gemm_tile_shape": f"cute::Shape<cute::_{inst.tile.m}, cute::_{inst.tile.n}, cute::_{inst.tile.k}>",
         "kernel_schedule_cpp": ("cutlass::gemm::KernelTmaWarpSpecializedCooperative" if coop
                                 else "cutlass::gemm::KernelTmaWarpSpecializedPingpong"),

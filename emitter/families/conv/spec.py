@@ -21,6 +21,8 @@ anything outside the vocabulary is a SpecError naming the file, line, key path, 
                                            convs as a persistent CUTLASS 3.x GEMM, other problems refused at run time)
     schedule: auto | cooperative | pingpong          (gemm_1x1 only; auto = cooperative)
     scheduler: auto | persistent | stream_k          (gemm_1x1 only; auto = persistent for fprop, stream_k for wgrad)
+    swap_ab: false | true                            (gemm_1x1 wgrad only: dw^T = x^T . dy, M = C, N = K: a K = 64
+                                                      layer fills a 128x64 tile instead of half a 128x128 one)
 """
 
 from __future__ import annotations
@@ -100,6 +102,7 @@ SPEC_KEYS: dict[str, Callable[[_Ctx, KeyPath, Any], list[Assign]]] = {
     "kernel": _leaf("kernel", _kernel),
     "schedule": _leaf("schedule", _schedule),
     "scheduler": _leaf("scheduler", _scheduler),
+    "swap_ab": _leaf("swap_ab", _bool),
 }
 META_KEYS = {"family", "name", "description", "exclude"}
 REQUIRED = ("arch", "op", "dtype", "tile")
@@ -177,6 +180,7 @@ def _build(point: Assign) -> ConvInstance:
         kernel=point.get("kernel", ConvKernelKind.implicit),
         schedule=point.get("schedule", ConvSchedule.auto),
         scheduler=point.get("scheduler", ConvTileScheduler.auto),
+        swap_ab=point.get("swap_ab", False),
     )
 
 
