@@ -173,3 +173,91 @@ def test_planted_short_output_is_caught(kernels):
         assert clean["status"] == "PASSED", (name, clean.get("reason"))
         v = run_case(kern, p, "normal", 7, planted="row_short")
         assert expected_reason("row_short", v), (name, v.get("status"), v.get("unwritten"), v.get("reason"))
+
+
+# ------------------------------------------------------------------------------------------------ the library
+LIB_SPEC_TAIL = """\
+  - family: conv
+    arch: sm90a
+    op: [fprop, wgrad]
+    dtype: {a: f16, c: f16, accumulator: f32, epilogue: f32}
+    tile: 128x128x64
+  - family: conv
+    arch: sm90a
+    op: [fprop, wgrad]
+    kernel: gemm_1x1
+    dtype: {a: f16, c: f16, accumulator: f32, epilogue: f32}
+    tile: 128x128x64
+"""
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    """An exported library (one GEMM kernel per arch, which a library needs; sm90a implicit fprop / wgrad and
+    gemm_1x1 fprop / wgrad), CMake-built (a few minutes on 16 cores); $EMITTER_CONV_GEMM1X1_LIBRARY: a built tree."""
+    import shutil
+
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability(0) != (9, 0):
+        pytest.skip("needs an sm_90 GPU visible to torch")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _helpers import GEMM_SPEC_NO_SWIZZLE, load_module
+
+    name = "convg1x1"
+    given = os.environ.get("EMITTER_CONV_GEMM1X1_LIBRARY")
+    if given:
+        tree = Path(given)
+    else:
+        if shutil.which("cmake") is None:
+            pytest.skip("cmake not found")
+        work = tmp_path_factory.mktemp("conv_gemm1x1_lib")
+        (work / "spec.yaml").write_text(GEMM_SPEC_NO_SWIZZLE + LIB_SPEC_TAIL)
+        py, jobs = sys.executable, os.environ.get("EMITTER_TEST_JOBS", str(os.cpu_count() or 4))
+        tree = work / name
+        for cmd in ([py, "-m", "emitter", "emit", str(work / "spec.yaml"), "-o", str(work / "gen")],
+                    [py, "-m", "emitter", "library", str(work / "gen"), "--name", name, "-o", str(tree)],
+                    ["cmake", "-S", str(tree), "-B", str(tree / "build"), "-DCMAKE_CUDA_ARCHITECTURES=80;90;90a",
+                     "-DCMAKE_BUILD_TYPE=Release"],
+                    ["cmake", "--build", str(tree / "build"), "-j", jobs]):
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            assert r.returncode == 0, (cmd[:4], r.stdout[-3000:], r.stderr[-3000:])
+    so = next(iter(sorted(tree.rglob(f"lib{name}.so"))))
+    mod = load_module(name, tree / "python" / f"{name}.py")
+    mod.load(str(so))
+    return mod
+
+
+@pytest.mark.nvcc
+def test_library_dispatch_uses_gemm_1x1_and_falls_through(lib):
+    import torch
+    import torch.nn.functional as F
+
+    def cl(*shape):
+        return torch.randn(*shape, device="cuda", dtype=torch.float16).to(memory_format=torch.channels_last)
+
+    def close(got, want, what):
+        err = ((got.double() - want).abs().max() / want.abs().max().clamp_min(1e-6)).item()
+        assert err < 1e-2, f"{what}: max relative error {err:.3e}"
+
+    x, w1, w3 = cl(3, 64, 15, 13), cl(72, 64, 1, 1), cl(72, 64, 3, 3)
+    # 1x1: the gemm_1x1 kernels are chosen (unity-stride first at stride 1) and right
+    sel = lib.conv_select("fprop", x, w1, None)
+    assert "gemm1x1" in sel["kernel"], sel
+    close(lib.conv2d(x, w1), F.conv2d(x.double(), w1.double()), "conv2d 1x1")
+    gy = cl(3, 72, 15, 13)
+    sel = lib.conv_select("wgrad", x, None, gy, shape=(72, 64, 1, 1))
+    assert "gemm1x1" in sel["kernel"], sel
+    want_dw = torch.nn.grad.conv2d_weight(x.double(), (72, 64, 1, 1), gy.double())
+    for _ in range(3):      # stream-K workspace: every call right
+        close(lib.conv2d_weight_grad(x, gy, (72, 64, 1, 1)), want_dw, "conv2d_weight_grad 1x1")
+    # 3x3 / stride 2: gemm_1x1 refuses, dispatch falls through to the implicit kernels
+    sel = lib.conv_select("fprop", x, w3, None, padding=1)
+    assert "gemm1x1" not in sel["kernel"], sel
+    close(lib.conv2d(x, w3, padding=1), F.conv2d(x.double(), w3.double(), padding=1), "conv2d 3x3")
+    close(lib.conv2d(x, w1, stride=2), F.conv2d(x.double(), w1.double(), stride=2), "conv2d 1x1 stride 2")
+    # forced onto a 3x3 problem: a clear can-implement refusal, no crash
+    g1x1 = [n for n in lib.conv_kernels() if "gemm1x1" in n and "fprop" in n]
+    with pytest.raises(lib.Error) as e:
+        lib.conv2d(x, w3, padding=1, kernel=g1x1[0])
+    assert e.value.status == 1
+    torch.cuda.synchronize()
