@@ -145,8 +145,9 @@ def _leaf(canon: str, parser: Callable[[_Ctx, KeyPath, Any], Any], *, shape: boo
 
 
 def _mapping(subkeys: dict[str, Callable], shorthand: Callable[[_Ctx, KeyPath, Any], list[Assign]] | None,
-             what: str):
-    """A key whose value is a mapping of sub-keys (each may sweep) or a shorthand scalar."""
+             what: str, required: tuple[str, ...] = (), example: str = ""):
+    """A key whose value is a mapping of sub-keys (each may sweep) or a shorthand scalar; `required` sub-keys
+    must be in the mapping form."""
     def group(ctx: _Ctx, path: KeyPath, v: Any) -> list[Assign]:
         if isinstance(v, list):
             if not v:
@@ -157,6 +158,10 @@ def _mapping(subkeys: dict[str, Callable], shorthand: Callable[[_Ctx, KeyPath, A
                 check_sweep(ctx.doc, path, [(format_path(path), len(out))], what=f"the list of {what} settings")
             return out
         if isinstance(v, dict):
+            missing = [k for k in required if k not in v]
+            if missing:
+                raise ctx.err(path, f"{what} mapping needs '{missing[0]}'", value=v, allowed=sorted(subkeys),
+                              fix=f"add `{missing[0]}:` ({example})" if example else f"add `{missing[0]}:`")
             axes = []
             for k, sub in v.items():
                 if k not in subkeys:
@@ -250,7 +255,8 @@ _EPILOGUE_KEYS = {
 
 SPEC_KEYS: dict[str, Callable[[_Ctx, KeyPath, Any], list[Assign]]] = {
     "arch": _leaf("arch", _arch),
-    "dtype": _mapping(_DTYPE_KEYS, _dtype_shorthand, "dtype"),
+    "dtype": _mapping(_DTYPE_KEYS, _dtype_shorthand, "dtype", required=("a",),
+                      example="e.g. dtype: {a: bf16, accumulator: f32}, or the shorthand dtype: bf16"),
     "layout": _mapping(_LAYOUT_KEYS, _layout_shorthand, "layout"),
     "op_class": _leaf("op_class", _op_class),
     "tile": _leaf("tile", _shape, shape=True),
