@@ -14,7 +14,6 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 pytestmark = pytest.mark.gpu
@@ -160,7 +159,7 @@ def test_stream_k_relaunch_on_one_initialize(kernels):
             got = to_host(torch, dev["w"], kern.cfg.c)
             verdict = hooks.compare(kern.cfg, p, inputs, {"w": got}, ref)
             assert verdict["status"] == "PASSED", (kern.name, i, verdict.get("reason"))
-        assert np.prod(launch.grid) >= 1 and kern.cfg.a in (DType.f16, DType.bf16)
+        assert min(tuple(launch.grid)) >= 1 and kern.cfg.a in (DType.f16, DType.bf16)
 
 
 def test_planted_short_output_is_caught(kernels):
