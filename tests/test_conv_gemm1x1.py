@@ -158,6 +158,7 @@ def test_wgrad_renders_mn_major_operands_and_stream_k():
     assert "using TileSchedulerTag = emitter_sk::StreamKSchedulerResettingLocks;" in src
     assert "#define EMITTER_STREAM_K_RESET_DEFINED" in src          # the scheduler itself is in the instance
     assert "int const M = p->k, N = p->c, K = int(npq);" in src
+    assert "split_k_slices != 1" not in src and "DecompositionMode::SplitK" in src   # the run-time split count
     assert "long long const lda = ldy, ldb = ldx, ldc = ldw;" in src
     assert "cutlass::bfloat16_t" in src
     _n, pp = _render(BASE + "op: fprop\nschedule: pingpong\n")
@@ -189,9 +190,8 @@ def test_no_spec_text_reaches_cpp():
 
 # ------------------------------------------------------------------------------------------------ run-time mirror
 def _cfg(op: str = "fprop", bias: bool = False, dims: int = 2) -> dict:
-    return ConvConfig(name="t", arch="sm90a", op=op, dims=dims, a=one(BASE + "op: fprop\n").a, c=one(BASE + "op: fprop\n").c,
-                      accumulator=one(BASE + "op: fprop\n").accumulator, alignment_a=8, alignment_b=8, alignment_c=8,
-                      tile=(128, 128, 64), stride_support="unity", bias=bias, kernel="gemm_1x1").cfg
+    inst = one(BASE + f"op: {op}\ndims: {dims}\n" + ("epilogue: {bias: true}\n" if bias else ""))
+    return ConvConfig.from_entry({"name": "t", "config": inst.config()}).cfg
 
 
 def test_not_supported_reasons_refuse_every_non_gemm_problem():
@@ -204,6 +204,9 @@ def test_not_supported_reasons_refuse_every_non_gemm_problem():
     assert any("stride 1 only" in r for r in not_supported_reasons(cfg, replace(ok, stride=(1, 2, 2))))
     assert any("unpadded" in r for r in not_supported_reasons(cfg, replace(ok, pad_front=(0, 1, 0), pad_back=(0, 1, 0))))
     assert any("multiple" in r for r in not_supported_reasons(cfg, replace(ok, c=60)))
+    # a run-time split count: the stream-K instances take it (split-K mode), the persistent ones do not
+    assert any("split-K" in r for r in not_supported_reasons(cfg, replace(ok, split_k=3)))
+    assert not_supported_reasons(_cfg("wgrad"), replace(ok, split_k=3)) == []
     # the implicit kernel's rules are untouched: the same 3x3 problem runs there
     implicit = dict(cfg, kernel="implicit", stride_support="strided")
     assert not_supported_reasons(implicit, three) == []
@@ -228,6 +231,7 @@ def test_default_problems_are_odd_1x1_problems(op, bias, dims):
     assert all(p.bias == bias for p in probs)
     if dims == 3:
         assert any(p.d > 1 for p in probs)
+    assert any(p.split_k > 1 for p in probs) == (op == "wgrad")     # wgrad: stream-K, also at a given split count
     assert default_problems(cfg, quick=True)
 
 

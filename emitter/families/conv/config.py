@@ -40,6 +40,7 @@ class ConvConfig:
     clamp_min: float = 0.0
     clamp_max: float = 6.0
     kernel: str = "implicit"        # implicit | gemm_1x1 (sm90a 1x1 conv as a persistent GEMM)
+    scheduler: str = "auto"         # gemm_1x1: persistent | stream_k
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @staticmethod
@@ -75,7 +76,8 @@ class ConvConfig:
             split_k=str(cfg.get("split_k", "none")), activation=str(ep.get("activation", "identity")),
             bias=bool(ep.get("bias", False)), clamp_min=float(ep.get("clamp_min", 0.0)),
             clamp_max=float(ep.get("clamp_max", 6.0)),
-            kernel=get("kernel", str, _KERNELS) if "kernel" in cfg else "implicit", raw=dict(cfg))
+            kernel=get("kernel", str, _KERNELS) if "kernel" in cfg else "implicit",
+            scheduler=str(cfg.get("scheduler", "auto")), raw=dict(cfg))
 
     @property
     def cfg(self) -> dict[str, Any]:
@@ -83,5 +85,6 @@ class ConvConfig:
         return {"op": self.op, "arch": self.arch, "dims": self.dims, "alignment_a": self.alignment_a,
                 "alignment_b": self.alignment_b, "alignment_c": self.alignment_c, "iterator": self.iterator,
                 "stride_support": self.stride_support, "split_k": self.split_k, "kernel": self.kernel,
+                "scheduler": self.scheduler,
                 "epilogue": {"activation": self.activation, "bias": self.bias, "clamp_min": self.clamp_min,
                              "clamp_max": self.clamp_max}}

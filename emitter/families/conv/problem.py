@@ -215,7 +215,8 @@ def not_supported_reasons(cfg: Mapping[str, Any], p: ConvProblem) -> list[str]:
         if chan[tensor] % al:
             reasons.append(f"{'C' if tensor != 'y' else 'K'}={chan[tensor]} is not a multiple of operand {role}'s "
                            f"alignment {al} ({tensor} rows are read {al} elements at a time)")
-    if p.split_k > 1 and cfg.get("split_k", "none") != "serial":
+    stream_k = cfg.get("kernel", "implicit") == "gemm_1x1" and cfg.get("scheduler") == "stream_k"
+    if p.split_k > 1 and cfg.get("split_k", "none") != "serial" and not stream_k:
         reasons.append(f"split_k={p.split_k}: this is not a split-K instance")
     if p.bias and not cfg.get("epilogue", {}).get("bias", False):
         reasons.append("the problem has a bias, this instance has no bias epilogue")
@@ -274,6 +275,8 @@ def _gemm_1x1_problems(cfg: Mapping[str, Any], quick: bool) -> list[ConvProblem]
     ]
     if not quick:
         base.append(ConvProblem(n=9, h=27, w=29, c=al * 8, k=al * 8, r=1, s=1, beta=0.25))         # NPQ = 7047
+    if cfg.get("scheduler") == "stream_k":     # the run-time split count: the scheduler's split-K mode
+        base.append(ConvProblem(n=7, h=13, w=15, c=al * 9, k=al * 5, r=1, s=1, beta=0.5, split_k=3))
     if int(cfg.get("dims", 2)) == 3:
         base = [replace(p, d=3, t=1) for p in base[:3]] + [replace(base[3], d=1)]
     return base
