@@ -205,6 +205,10 @@ def expand_entry(doc: Document, path: KeyPath, entry: Any,
         point = _merge(combo)
         if any(_matches(point, e) for e in exclusions):
             continue
+        if "a" not in point:     # a dtype mapping without its input type (`dtype: {}`, `dtype: {c: f16}`)
+            raise ctx.err((key_paths or {}).get("dtype", path + ("dtype",)), "dtype names no input type `a`",
+                          value=entry.get("dtype"), allowed=sorted(_DTYPE_KEYS),
+                          fix="e.g. dtype: f16, or dtype: {a: f16, c: f16, accumulator: f32, epilogue: f32}")
         yield _build(point), point
 
 
