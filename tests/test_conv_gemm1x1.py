@@ -112,6 +112,15 @@ def test_sm80_and_implicit_schedules_are_rejected():
     assert isinstance(r, Rejection) and r.rule == "schedule-gemm-1x1-only"
 
 
+def test_explicit_stages_against_shared_memory():
+    # compiled (nvcc 13.0, CUTLASS 4.2): 128x256x64 bf16 + bias at 4 stages and 128x128x64 at 6 fit in 227 KiB
+    assert not isinstance(one(BASE.replace("128x128x64", "128x256x64") + "op: fprop\nstages: 4\n"), Rejection)
+    assert not isinstance(one(BASE + "op: fprop\nstages: 6\nepilogue: {bias: true}\n"), Rejection)
+    for tile, stages in (("128x256x64", 5), ("128x128x64", 7)):
+        r = one(BASE.replace("128x128x64", tile) + f"op: fprop\nstages: {stages}\n")
+        assert isinstance(r, Rejection) and r.rule == "smem", (tile, stages)
+
+
 def test_unknown_kernel_value_is_a_spec_error():
     with pytest.raises(SpecError) as e:
         expand(BASE.replace("gemm_1x1", "winograd") + "op: fprop\n")

@@ -145,10 +145,11 @@ def resolve(inst: ConvInstance) -> ConvInstance | Rejection:
 
 
 def _gemm_epilogue_smem(inst: ConvInstance, cooperative: bool) -> int:
-    """An upper estimate of the GEMM epilogue's shared storage (EpilogueTileAuto: 128 x 32 cooperative, 64 x 32
-    otherwise; at most 4 C + 2 D subtiles) plus a bias row and barriers."""
+    """An upper estimate of the GEMM epilogue's shared storage: EpilogueTileAuto subtiles (128 x 32 cooperative,
+    64 x 32 otherwise), at most 4 stages shared by C and D (ElementC == ElementD, 16 or 32 bits: CUTLASS's
+    ReuseSmemC), a bias row, barriers."""
     sub = min(inst.tile.m, 128 if cooperative else 64) * min(inst.tile.n, 32) * inst.c.bytes
-    return 6 * sub + inst.tile.n * inst.c.bytes + 1024
+    return 4 * sub + inst.tile.n * inst.c.bytes + 1024
 
 
 def _resolve_gemm_1x1(inst: ConvInstance, a: DType) -> ConvInstance | Rejection:
