@@ -260,3 +260,29 @@ def test_random_spec_structures_give_spec_error_or_candidates(data):
         expand_specs([doc])
     except SpecError as e:
         assert "prop.yaml" in e.render()
+
+
+# Every mapping-valued key of every family, given an empty mapping or a mapping missing its required sub-keys:
+# a clean error (exit 2) or a valid spec (exit 0), never an internal error (exit 70). `dtype: {}` once reached
+# the instance builder and ended in KeyError 'a'.
+_FAMILY_BASE = {
+    "gemm": "family: gemm\narch: sm90a\ndtype: bf16\ntile: 128x128x64\n",
+    "attention": "family: attention\narch: sm90a\ndtype: f16\nhead_dim: 128\ntile: 128x128\n",
+    "conv": "family: conv\narch: sm90a\nop: fprop\ndtype: f16\ntile: 128x128x64\n",
+}
+_MAPPING_KEYS = ["dtype", "layout", "alignment", "epilogue", "schedule", "cluster", "tile"]
+
+
+@pytest.mark.parametrize("family", sorted(_FAMILY_BASE))
+@pytest.mark.parametrize("key", _MAPPING_KEYS)
+@pytest.mark.parametrize("value", ["{}", "{c: f16}", "[{}]"])
+def test_empty_or_partial_mappings_never_crash(tmp_path, family, key, value):
+    base = "".join(line + "\n" for line in _FAMILY_BASE[family].splitlines() if not line.startswith(f"{key}:"))
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("kernels:\n" + "".join(("  - " if i == 0 else "    ") + line + "\n"
+                                           for i, line in enumerate((base + f"{key}: {value}\n").splitlines())))
+    code, output = cli("emit", spec, "-o", tmp_path / "out")
+    assert "Traceback" not in output and "internal error" not in output, output
+    assert code in (0, 2), (code, output)
+    if code == 2:
+        assert f"{spec}:" in output and "error:" in output, output
