@@ -4,8 +4,9 @@
 # wall time (speed-up against one GPU) and its winners against the one-GPU run's. From the project root:
 #   source .device-wheels/setup.sh; source .device-wheels-ray/setup.sh; FAULT=1 bash scripts/multigpu_check.sh
 # (FAULT=1: a fourth run kills GPU 1's worker mid-run and checks that nothing of GPU 0 is lost)
-# (without .device-wheels-ray the Ray run is skipped). ~4 sm90a instances x 9 problems: ~1.5 min of nvcc on 16
-# cores, then about a minute of profile per GPU-run. NCCL is not involved: no collective communication.
+# (without .device-wheels-ray the Ray run is skipped). 4 sm90a instances x 13 problems: ~40 s of nvcc on 32
+# cores, then about two minutes of profile on one GPU (14.7 TFLOP of problems; 2026-11-25: 12.6 took 108 s).
+# NCCL is not involved: no collective communication.
 set -uo pipefail
 GEN=${GEN:-generated/multigpu}     # the emitted instances ($OUT is the device tool's)
 RES=${RES:-results/multigpu}
@@ -17,12 +18,17 @@ GEN=$(cd "$GEN" && pwd)
 mkdir -p "$RES"
 cat > "$RES/config.yaml" <<YAML
 manifests: [$GEN]
-problems:
-  - square: [1024, 2048, 4096, 8192, 16384]
+problems:     # no problem above ~17% of the work (a problem is the unit of sharding; 2026-11-25's set had 16384^3 at 70%)
+  - square: [1024, 2048, 4096, 8192]
   - {m: 128, n: 8192, k: 8192}
   - {m: 512, n: 8192, k: 8192}
   - {m: 2048, n: 16384, k: 4096}
   - {m: 16384, n: 4096, k: 16384}
+  - {m: 4096, n: 16384, k: 16384}
+  - {m: 8192, n: 8192, k: 16384}
+  - {m: 16384, n: 8192, k: 8192}
+  - {m: 8192, n: 16384, k: 8192}
+  - {m: 12288, n: 12288, k: 8192}
 output: {plots: false}
 YAML
 nvidia-smi -L 2>/dev/null

@@ -20,7 +20,7 @@ from emitter.errors import SpecError
 from emitter.profile import report as rep
 from emitter.profile.config import LLM_M, LLM_NK, Problem, ProfileConfig, load_config, parse_config_text
 from emitter.profile.records import CHECK_FAILED, FAULT, OK, Measurement, Op, min_bytes
-from emitter.profile.runner import RunOutcome, plan, run, shard
+from emitter.profile.runner import RunOutcome, plan, run, shard, shard_balance
 from emitter.profile.selection import TIE_CAP, choose, choose_all, noise_ms
 from emitter.profile.stats import TimingStats
 from emitter.profile.timing import MAX_WARMUP_CHUNK, iterations_for, rotation_sets, warm_up
@@ -532,6 +532,18 @@ def test_shard_balances_flops_deterministically():
     assert Problem(16384, 16384, 16384) in one and Problem(8192, 8192, 8192) in two
     assert sorted(one + two) == sorted(ps) and shard(ps, 2) == [one, two]
     assert shard(ps, 1) == [ps]
+
+
+def test_shard_balance_names_the_problem_that_bounds_the_speed_up():
+    # the 2-H100 run's set: 16384^3 is most of the work, so 2 GPUs cannot finish in half the time
+    ps = [Problem(s, s, s) for s in (1024, 2048, 4096, 8192, 16384)] + [
+        Problem(128, 8192, 8192), Problem(512, 8192, 8192), Problem(2048, 16384, 4096), Problem(16384, 4096, 16384)]
+    line = shard_balance(ps, 2)
+    assert line.startswith("estimated work a GPU: 70%, 30%"), line
+    assert "16384x16384x16384 alone is 70%" in line and "at most 1.43x sooner" in line
+    even = [Problem(8192, 8192, 8192 + 64 * i) for i in range(8)]
+    assert shard_balance(even, 2) == "estimated work a GPU: 50%, 50%"
+    assert shard_balance(ps, 1) is None
 
 
 def test_plan_selects_and_resolves_manifests_beside_the_config(manifest_dir, tmp_path):

@@ -122,7 +122,7 @@ def profile_cmd(config: Path | None, out: Path | None, select: tuple[str, ...], 
     """
     from emitter.profile import report as rep
     from emitter.profile.config import Timing, load_config
-    from emitter.profile.runner import ProfileError, check_built, plan, resolve_gpus, run
+    from emitter.profile.runner import ProfileError, check_built, plan, resolve_gpus, run, shard_balance
 
     console = rep.make_console()
     if executor == "ray" and replay is None:     # without Ray: say how to install it before any work
@@ -220,6 +220,9 @@ def profile_cmd(config: Path | None, out: Path | None, select: tuple[str, ...], 
     console.print(f"profiling {len(the_plan.instances)} kernels x {len(the_plan.problems)} problems on "
                   f"{len(gpu_list)} GPU{'s' if len(gpu_list) > 1 else ''} ({backend}); "
                   f"check={'on' if cfg.check else 'OFF'}, baselines={', '.join(cfg.baselines) or 'none'}")
+    balance = shard_balance(the_plan.problems, len(gpu_list))
+    if balance:
+        console.print(balance)
     outcome = (pool.run if pool else run)(cfg, the_plan, out_dir, gpu_list, backend=backend,
                                           stall_timeout_s=stall_timeout, resume=resume)
     for f in outcome.fatal:

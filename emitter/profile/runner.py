@@ -98,9 +98,32 @@ def shard(problems: list[Problem], n: int) -> list[list[Problem]]:
     for p in sorted(problems, key=lambda p: (-p.flops, p.key)):
         i = min(range(n), key=lambda j: (load[j], j))
         shards[i].append(p)
-        load[i] += p.flops + 1e9          # + a fixed cost per problem (allocation, baseline, checks)
+        load[i] += _work(p)               # FLOPs + a fixed cost per problem (allocation, baseline, checks)
     order = {p: k for k, p in enumerate(problems)}
     return [sorted(s, key=lambda p: order[p]) for s in shards]
+
+
+def _work(p: Problem) -> float:
+    return p.flops + 1e9                  # shard()'s estimate of a problem's profiling cost
+
+
+def shard_balance(problems: list[Problem], n: int) -> str | None:
+    """One line on how shard() splits the estimated work over n GPUs (None for one GPU), and, where one problem
+    holds more than a GPU's fair share, the speed-up bound that sets: a problem is the unit of sharding (its
+    buffers, baseline and checks stay on one GPU), so n GPUs finish at most total / largest times sooner.
+    Measured on 2 H100s (docs/scale-out.md): 16384^3 was 70% of a 9-problem set, and 2 GPUs took 84 s against
+    108 s on one."""
+    if n < 2 or not problems:
+        return None
+    total = sum(_work(p) for p in problems)
+    parts = [sum(_work(p) for p in s) / total for s in shard(problems, n)]
+    line = "estimated work a GPU: " + ", ".join(f"{100 * f:.0f}%" for f in parts)
+    big = max(problems, key=lambda p: (_work(p), p.key))
+    share = _work(big) / total
+    if share > 1.0 / n * 1.05:
+        line += (f"; {big.key} alone is {100 * share:.0f}% of it (a problem runs on one GPU), so {n} GPUs finish "
+                 f"at most {1 / share:.2f}x sooner than one: add problems, or profile {big.key} by itself")
+    return line
 
 
 def resolve_gpus(config: ProfileConfig, override: str | None, backend: str) -> list[int]:
