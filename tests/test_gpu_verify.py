@@ -302,7 +302,7 @@ def test_planted_bugs_are_caught(suite):
 
 
 def test_split_kernels_leave_their_workspace_ready_for_the_next_launch(suite, tmp_path):
-    """emitter's sm90a stream-K scheduler sets each tile lock back to zero (templates/gemm/sm90a/stream_k.cu.j2), so
+    """emitter's sm90a stream-K scheduler sets each tile lock back to zero (templates/common/sm90_stream_k.cu.j2), so
     the profiler in timing.workspace_reset: settled (the kernel alone) times them without re-zeroing the workspace
     before each launch (the default, library, times initialize()'s memset as the library pays it). On the GPU:
     every split-K / stream-K instance of the suite, on problems with several k-tiles per output tile and at several

@@ -11,7 +11,7 @@ launches many times, so it decides itself whether each timed launch is preceded 
   library   (default) a memset of the bytes initialize() zeroed, on the stream before every timed launch: what a
             call into the exported library costs on the GPU, so a tuning table ranks kernels on what users get.
   settled   the memset only where one launch does not leave those bytes zeroed again (emitter's sm90a stream-K
-            scheduler sets its locks back to zero, templates/gemm/sm90a/stream_k.cu.j2): the kernel alone.
+            scheduler sets its locks back to zero, templates/common/sm90_stream_k.cu.j2): the kernel alone.
 
 Which bytes initialize() zeroes is read off the device: the workspace is filled with MARK before initialize() runs
 and read back after it; the zeroed span is what each reset zeroes (a workspace larger than SCAN_LIMIT is zeroed

@@ -237,7 +237,7 @@ class KernelLaunch:
     def _settle_workspaces(self) -> None:
         """`settled` mode: drop the per-launch re-zeroing where one launch leaves the zeroed bytes at zero again.
 
-        emitter's sm90a stream-K / split-K scheduler (templates/gemm/sm90a/stream_k.cu.j2) sets each tile lock back to
+        emitter's sm90a stream-K / split-K scheduler (templates/common/sm90_stream_k.cu.j2) sets each tile lock back to
         zero when the tile is done, as does any launch that needed no lock; then the next launch finds the workspace
         as initialize() left it, and the memset on the stream (1.0-3.0 us a launch on an H100 where splits were
         reduced, benchmarks/workspace_reset.py) is what the library adds, not the kernel. One launch per set, read
