@@ -286,3 +286,50 @@ def test_empty_or_partial_mappings_never_crash(tmp_path, family, key, value):
     assert code in (0, 2), (code, output)
     if code == 2:
         assert f"{spec}:" in output and "error:" in output, output
+
+
+# Property test over every family's own keys: a valid base spec with one known key (or one sub-key of a mapping
+# key) replaced by a random value built from plausible tokens. emit answers with a SpecError naming the file, or
+# writes a manifest; any other exception is a bug (this class found `dtype: {}` ending in KeyError 'a').
+_TOKENS = st.sampled_from([
+    "f16", "bf16", "f32", "tf32", "e4m3", "s8", "f64", "tn", "nt", "row", "col", "relu", "gelu", "clamp", "auto",
+    "none", "serial", "parallel", "stream_k", "persistent", "cooperative", "pingpong", "tma", "implicit",
+    "gemm_1x1", "fprop", "dgrad", "wgrad", "causal_top_left", "causal_bottom_right", "128x128x64", "128x64",
+    "1x2x1", "2x1x1", "64x64x64", "sm80", "sm90a", "", "x", "-1", "1e400"])
+_SUBKEYS = st.sampled_from(["a", "b", "c", "d", "accumulator", "epilogue", "kernel", "activation", "bias", "clamp",
+                            "min", "max", "tile_scheduler", "source", "q", "k", "v", "o", "zz"])
+_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 1 << 20) | st.floats(allow_nan=True) | _TOKENS,
+    lambda c: st.lists(c, max_size=3) | st.dictionaries(_SUBKEYS, c, max_size=3), max_leaves=6)
+
+
+def _family_keys(family: str) -> list[str]:
+    import importlib
+    return sorted(importlib.import_module(f"emitter.families.{family}.spec").SPEC_KEYS)
+
+
+@pytest.mark.parametrize("family", sorted(_FAMILY_BASE))
+def test_random_values_for_each_familys_keys_give_spec_error_or_a_manifest(tmp_path_factory, family):
+    import yaml
+
+    base = yaml.safe_load(_FAMILY_BASE[family])
+    keys = _family_keys(family)
+
+    @settings(max_examples=max(EXAMPLES // 2, 20), deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+    @given(key=st.sampled_from(keys), sub=st.none() | _SUBKEYS, value=_VALUES)
+    def check(key, sub, value):
+        entry = dict(base)
+        entry[key] = {sub: value} if sub is not None else value
+        tmp = tmp_path_factory.mktemp("fam")
+        spec = tmp / "s.yaml"
+        spec.write_text(yaml.safe_dump({"kernels": [entry]}, allow_unicode=True))
+        try:
+            emit([spec], tmp / "out", jobs=1)
+        except SpecError as e:
+            assert "error:" in e.render() and str(spec) in e.render()
+            assert not (tmp / "out").exists()
+        else:
+            assert (tmp / "out" / "manifest.json").is_file()
+
+    check()
