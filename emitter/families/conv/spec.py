@@ -1,8 +1,9 @@
 """Conv spec (`family: conv`) -> candidate ConvInstance records.
 
-Same rules as the GEMM spec (emitter/families/gemm/spec.py, whose value parsers are reused): every field may be
-a list, the spec sweeps the cartesian product, `exclude:` drops combinations written with the same keys, and
-anything outside the vocabulary is a SpecError naming the file, line, key path, value, allowed values and a fix.
+Same rules as the GEMM spec (emitter/families/gemm/spec.py, whose value parsers are reused; the sweep steps are
+emitter.spec.points', as for every family): every field may be a list, the spec sweeps the cartesian product,
+`exclude:` drops combinations written with the same keys, and anything outside the vocabulary is a SpecError
+naming the file, line, key path, value, allowed values and a fix.
 
     family: conv
     arch: sm80 | sm90a
@@ -27,7 +28,6 @@ anything outside the vocabulary is a SpecError naming the file, line, key path, 
 
 from __future__ import annotations
 
-import itertools
 from typing import Any, Callable, Iterator
 
 from emitter.dtypes import DType
@@ -36,24 +36,26 @@ from emitter.families.conv.model import (
     AUTO, Activation, Arch, ConvEpilogue, ConvInstance, ConvKernelKind, ConvOp, ConvSchedule, ConvTileScheduler,
     IteratorAlgorithm, Layout, Shape3, SplitK, StrideSupport,
 )
-# the value parsers and sweep combinators are the GEMM spec's (one vocabulary for every family)
-from emitter.families.gemm.spec import (  # noqa: F401
-    Assign, _activation, _arch, _bool, _clamp, _Ctx, _did_you_mean, _dtype, _enum, _int, _leaf, _mapping,
-    _matches, _merge, _shape, _split_k,
+# the value parsers that have no shared equivalent are the GEMM spec's (one vocabulary for every family)
+from emitter.families.gemm.spec import (
+    _activation, _arch, _clamp, _Ctx, _dtype, _int, _is_single_shape, _mapping, _shape, _split_k,
 )
-from emitter.spec.loader import Document, KeyPath, format_path
-from emitter.spec.sweep import check_sweep
+from emitter.spec import points, values
+from emitter.spec.loader import Document, KeyPath
+from emitter.spec.points import Assign
 
-_op = _enum(ConvOp, {"forward": "fprop", "fwd": "fprop", "data_grad": "dgrad", "input_grad": "dgrad",
-                     "weight_grad": "wgrad", "filter_grad": "wgrad"})
-_layout = _enum(Layout, {"ndhwc": "ndhwc", "tensornhwc": "nhwc", "tensorndhwc": "ndhwc", "channels_last": "nhwc"})
-_iterator = _enum(IteratorAlgorithm, {"opt": "optimized", "few": "few_channels", "fixed": "fixed_channels",
-                                      "fewchannels": "few_channels", "fixedchannels": "fixed_channels"})
-_stride_support = _enum(StrideSupport, {"stride1": "unity", "unit": "unity", "any": "strided"})
-_kernel = _enum(ConvKernelKind, {"implicit_gemm": "implicit", "gemm": "gemm_1x1", "gemm1x1": "gemm_1x1",
-                                 "1x1": "gemm_1x1"})
-_schedule = _enum(ConvSchedule, {"coop": "cooperative", "ping_pong": "pingpong"})
-_scheduler = _enum(ConvTileScheduler, {"streamk": "stream_k", "stream-k": "stream_k"})
+_op = values.enum_parser(ConvOp, {"forward": "fprop", "fwd": "fprop", "data_grad": "dgrad", "input_grad": "dgrad",
+                                  "weight_grad": "wgrad", "filter_grad": "wgrad"})
+_layout = values.enum_parser(Layout, {"ndhwc": "ndhwc", "tensornhwc": "nhwc", "tensorndhwc": "ndhwc",
+                                      "channels_last": "nhwc"})
+_iterator = values.enum_parser(IteratorAlgorithm, {"opt": "optimized", "few": "few_channels",
+                                                   "fixed": "fixed_channels", "fewchannels": "few_channels",
+                                                   "fixedchannels": "fixed_channels"})
+_stride_support = values.enum_parser(StrideSupport, {"stride1": "unity", "unit": "unity", "any": "strided"})
+_kernel = values.enum_parser(ConvKernelKind, {"implicit_gemm": "implicit", "gemm": "gemm_1x1", "gemm1x1": "gemm_1x1",
+                                              "1x1": "gemm_1x1"})
+_schedule = values.enum_parser(ConvSchedule, {"coop": "cooperative", "ping_pong": "pingpong"})
+_scheduler = values.enum_parser(ConvTileScheduler, {"streamk": "stream_k", "stream-k": "stream_k"})
 
 
 def _dims(ctx: _Ctx, path: KeyPath, v: Any) -> Layout:
@@ -76,33 +78,35 @@ def _activation_shorthand(ctx: _Ctx, path: KeyPath, v: Any) -> list[Assign]:
 
 
 _ALIGN = _int(1, 16, auto=True, choices=(1, 2, 4, 8, 16))
-_DTYPE_KEYS = {"a": _leaf("a", _dtype), "c": _leaf("c", _dtype), "accumulator": _leaf("accumulator", _dtype),
-               "epilogue": _leaf("epilogue_compute", _dtype)}
-_ALIGNMENT_KEYS = {"a": _leaf("alignment_a", _ALIGN), "b": _leaf("alignment_b", _ALIGN), "c": _leaf("alignment_c", _ALIGN)}
-_EPILOGUE_KEYS = {"activation": _leaf("activation", _activation), "bias": _leaf("bias", _bool), "clamp": _clamp}
+_DTYPE_KEYS = {"a": points.leaf("a", _dtype), "c": points.leaf("c", _dtype),
+               "accumulator": points.leaf("accumulator", _dtype), "epilogue": points.leaf("epilogue_compute", _dtype)}
+_ALIGNMENT_KEYS = {"a": points.leaf("alignment_a", _ALIGN), "b": points.leaf("alignment_b", _ALIGN),
+                   "c": points.leaf("alignment_c", _ALIGN)}
+_EPILOGUE_KEYS = {"activation": points.leaf("activation", _activation), "bias": points.leaf("bias", values.boolean),
+                  "clamp": _clamp}
 
 SPEC_KEYS: dict[str, Callable[[_Ctx, KeyPath, Any], list[Assign]]] = {
-    "arch": _leaf("arch", _arch),
-    "op": _leaf("op", _op),
-    "operation": _leaf("op", _op),
-    "dims": _leaf("layout", _dims),
-    "layout": _leaf("layout", _layout),
+    "arch": points.leaf("arch", _arch),
+    "op": points.leaf("op", _op),
+    "operation": points.leaf("op", _op),
+    "dims": points.leaf("layout", _dims),
+    "layout": points.leaf("layout", _layout),
     "dtype": _mapping(_DTYPE_KEYS, _dtype_shorthand, "dtype"),
-    "tile": _leaf("tile", _shape, shape=True),
-    "warp": _leaf("warp", _shape, shape=True),
-    "cluster": _leaf("cluster", _shape, shape=True),
-    "instruction": _leaf("instruction", _shape, shape=True),
-    "stages": _leaf("stages", _int(2, 16, auto=True)),
-    "iterator": _leaf("iterator", _iterator),
-    "stride_support": _leaf("stride_support", _stride_support),
+    "tile": points.leaf("tile", _shape, single=_is_single_shape),
+    "warp": points.leaf("warp", _shape, single=_is_single_shape),
+    "cluster": points.leaf("cluster", _shape, single=_is_single_shape),
+    "instruction": points.leaf("instruction", _shape, single=_is_single_shape),
+    "stages": points.leaf("stages", _int(2, 16, auto=True)),
+    "iterator": points.leaf("iterator", _iterator),
+    "stride_support": points.leaf("stride_support", _stride_support),
     "alignment": _mapping(_ALIGNMENT_KEYS, _alignment_shorthand, "alignment"),
-    "swizzle": _leaf("swizzle", _int(1, 8, choices=(1, 2, 4, 8))),
+    "swizzle": points.leaf("swizzle", _int(1, 8, choices=(1, 2, 4, 8))),
     "epilogue": _mapping(_EPILOGUE_KEYS, _activation_shorthand, "epilogue"),
-    "split_k": _leaf("split_k", _split_k),
-    "kernel": _leaf("kernel", _kernel),
-    "schedule": _leaf("schedule", _schedule),
-    "scheduler": _leaf("scheduler", _scheduler),
-    "swap_ab": _leaf("swap_ab", _bool),
+    "split_k": points.leaf("split_k", _split_k),
+    "kernel": points.leaf("kernel", _kernel),
+    "schedule": points.leaf("schedule", _schedule),
+    "scheduler": points.leaf("scheduler", _scheduler),
+    "swap_ab": points.leaf("swap_ab", values.boolean),
 }
 META_KEYS = {"family", "name", "description", "exclude"}
 REQUIRED = ("arch", "op", "dtype", "tile")
@@ -110,19 +114,9 @@ REQUIRED = ("arch", "op", "dtype", "tile")
 
 def _axes(ctx: _Ctx, path: KeyPath, entry: dict[str, Any], key_paths: dict[str, KeyPath] | None = None,
           exclude: bool = False) -> list[list[Assign]]:
-    axes, names = [], []
-    for key, value in entry.items():
-        if key in META_KEYS:
-            continue
-        kp = (key_paths or {}).get(key, path + (key,))
-        if key not in SPEC_KEYS:
-            raise ctx.err(kp, f"unknown key '{key}' in a conv spec", value=key,
-                          allowed=sorted(set(SPEC_KEYS) | META_KEYS),
-                          fix=_did_you_mean(key, set(SPEC_KEYS) | META_KEYS))
-        axes.append(SPEC_KEYS[key](ctx, kp, value))
-        names.append(format_path(kp))
     # before anything is expanded: a sweep over the instance cap is an error naming the multiplying fields
-    check_sweep(ctx.doc, path, list(zip(names, map(len, axes))), what="the exclude list" if exclude else "this spec")
+    axes = points.axes(ctx, path, entry, SPEC_KEYS, META_KEYS, spec_name="a conv spec", key_paths=key_paths,
+                       what="the exclude list" if exclude else "this spec")
     if not exclude and "dims" in entry and "layout" in entry:
         raise ctx.err((key_paths or {}).get("layout", path + ("layout",)), "give either dims or layout, not both",
                       value=entry["layout"], fix="dims: 2 means layout nhwc, dims: 3 means ndhwc; remove one")
@@ -130,18 +124,8 @@ def _axes(ctx: _Ctx, path: KeyPath, entry: dict[str, Any], key_paths: dict[str, 
 
 
 def _exclusions(ctx: _Ctx, path: KeyPath, value: Any) -> list[Assign]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise ctx.err(path, "exclude must be a list of partial configurations", value=value,
-                      fix="e.g. exclude: [{op: wgrad, tile: 256x128x64}]")
-    out: list[Assign] = []
-    for i, item in enumerate(value):
-        if not isinstance(item, dict) or not item:
-            raise ctx.err(path + (i,), "each exclude entry must be a non-empty mapping of spec keys", value=item)
-        for combo in itertools.product(*_axes(ctx, path + (i,), item, exclude=True)):
-            out.append(_merge(combo))
-    return out
+    return points.exclusions(ctx, path, value, lambda p, item: _axes(ctx, p, item, exclude=True),
+                             example="exclude: [{op: wgrad, tile: 256x128x64}]")
 
 
 def _default_accumulator(a: DType) -> DType:
@@ -200,11 +184,10 @@ def expand_entry(doc: Document, path: KeyPath, entry: Any,
             raise ctx.err(path, f"missing required key '{key}' in a conv spec", allowed=list(REQUIRED),
                           fix=f"add `{key}:` to this spec (see configs/conv/*.yaml)")
     axes = _axes(ctx, path, entry, key_paths)
-    exclusions = _exclusions(ctx, (key_paths or {}).get("exclude", path + ("exclude",)), entry.get("exclude"))
-    for combo in itertools.product(*axes):
-        point = _merge(combo)
-        if any(_matches(point, e) for e in exclusions):
-            continue
+    excl_path = (key_paths or {}).get("exclude", path + ("exclude",))
+    exclusions = _exclusions(ctx, excl_path, entry.get("exclude"))
+    points.check_exclude_work(ctx, excl_path, axes, exclusions)
+    for point in points.expand(axes, exclusions):
         if "a" not in point:     # a dtype mapping without its input type (`dtype: {}`, `dtype: {c: f16}`)
             raise ctx.err((key_paths or {}).get("dtype", path + ("dtype",)), "dtype names no input type `a`",
                           value=entry.get("dtype"), allowed=sorted(_DTYPE_KEYS),
