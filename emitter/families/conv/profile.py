@@ -285,8 +285,9 @@ class ConvLaunch:
 
         from emitter.families.conv.abi import c_problem_from
         from emitter.profile import workspace as wsr   # timing.workspace_reset: the shim's memset, as the library
-        from emitter.runtime import prepare
         from emitter.runtime.backend import CannotImplement, LaunchFailed
+        from emitter.runtime.launcher import PackedParams
+        from emitter.runtime.shim import EMITTER_BUFFER_TOO_SMALL, EMITTER_CANNOT_IMPLEMENT, EMITTER_OK, status_name
 
         if options:
             raise CannotImplement("conv instances have no run-time scheduler options")
@@ -311,18 +312,30 @@ class ConvLaunch:
         try:
             for i in range(len(data.sets)):
                 prob = c_problem_from(p, data.pointers(i))
-                q = prepare.query(shim, prob, kernel.name,
-                                  refusal=f"{kernel.name}: can_implement is false for {data.problem.key}")
+                status, q = shim.query(prob)
+                if status == EMITTER_CANNOT_IMPLEMENT:
+                    raise CannotImplement(f"{kernel.name}: can_implement is false for {data.problem.key}")
+                if status != EMITTER_OK:
+                    raise LaunchFailed(f"emitter_{kernel.name}_query returned {status_name(status)}")
                 ws, ws_bytes = 0, int(q.workspace_bytes)
                 if ws_bytes > 0:        # one workspace per set (serial split-K semaphores: each launch leaves them 0)
                     buf = drv.mem_alloc(ws_bytes)
                     self._allocs.append(buf)
                     ws = int(buf)
                     wsr.mark(drv, ws, ws_bytes)     # what initialize() zeroes is then read back (zeroed_range)
-                entry, launch = prepare.initialize(
-                    shim, self.fn, prob, ws, stream.handle, q, kernel.name,
-                    refusal=f"{kernel.name}: initialize: can_implement is false for {data.problem.key}")
-                self.launches.append(entry)
+                cap = max(int(q.params_bytes), 64)
+                status, params, launch = shim.initialize(prob, ws, stream.handle, cap)
+                if status == EMITTER_BUFFER_TOO_SMALL and launch.params_bytes > cap:
+                    status, params, launch = shim.initialize(prob, ws, stream.handle, int(launch.params_bytes))
+                if status == EMITTER_CANNOT_IMPLEMENT:
+                    raise CannotImplement(f"{kernel.name}: initialize: can_implement is false for {data.problem.key}")
+                if status != EMITTER_OK or not params:
+                    raise LaunchFailed(f"emitter_{kernel.name}_initialize returned {status_name(status)}")
+                grid, block, shared = tuple(launch.grid), tuple(launch.block), int(launch.shared_bytes)
+                if min(grid) < 1 or min(block) < 1:
+                    raise LaunchFailed(f"shim returned an empty launch: grid={grid} block={block}")
+                self.fn.allow_shared(shared)
+                self.launches.append((grid, block, PackedParams(params), shared))
                 self.resets.append(wsr.zeroed_range(drv, stream, ws, ws_bytes))
                 self.info = {**launch.as_dict(), "split_k": p.split_k}
             stream.synchronize()       # the shim's workspace memset on the stream
