@@ -548,7 +548,8 @@ def test_shared_memory_model_matches_measured_sizes(changes, kernel_bytes, epilo
 # ------------------------------------------------------------------------------------------------
 
 def render(inst: GemmInstance, name: str, template: str = "instance") -> str:
-    return render_template(f"gemm/sm90a/{template}.cu.j2", inst=inst, name=name,
+    path = template if template.endswith(".j2") else f"gemm/sm90a/{template}.cu.j2"
+    return render_template(path, inst=inst, name=name,
                            ctx=sm90a.template_context(inst), banner=BANNER)
 
 
@@ -649,7 +650,7 @@ def test_shared_memory_model_matches_nvcc(tmp_path):
     ext = any(sm90a._extended_mma(r) for r in insts)   # one program: the extended wgmma shapes for all or none
     parts = ["#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED"] * ext + [head, "#include <cstdio>"]
     # emitter's stream-K scheduler (its tag names the scheduler the stream-K probes' kernels select), once
-    parts += [render(r, "probe_sk", "stream_k") for r in insts if sm90a.template_context(r)["is_stream_k"]][:1]
+    parts += [render(r, "probe_sk", "common/sm90_stream_k.cu.j2") for r in insts if sm90a.template_context(r)["is_stream_k"]][:1]
     for i, r in enumerate(insts):
         parts.append(f"namespace emitter_p{i} {{")
         parts += [render(r, f"p{i}", level) for level in ("mma", "epilogue", "mainloop", "kernel")]
