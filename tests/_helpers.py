@@ -46,6 +46,16 @@ CONV_SM80_F16_ENTRY = """\
     warp: 64x64x64
     stages: 3
 """    # fprop, dgrad and wgrad
+CONV_SM80_WGRAD_SPLITK_ENTRY = """\
+  - family: conv
+    arch: sm80
+    op: wgrad
+    dtype: {a: f16, c: f16, accumulator: f32, epilogue: f32}
+    tile: 128x128x32
+    warp: 64x64x32
+    stages: 4
+    split_k: serial
+"""    # serial split-K: a workspace of semaphores the shim zeroes on every call
 ATTENTION_SM80_VARLEN_ENTRY = """\
   - family: attention
     arch: sm80

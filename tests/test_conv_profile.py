@@ -10,6 +10,7 @@ import pytest
 from emitter.emit import emit
 from emitter.families.conv import runtime as hooks
 from emitter.families.conv.problem import ConvProblem
+from tests._helpers import CONV_SM80_WGRAD_SPLITK_ENTRY
 
 SPEC = """\
 kernels:
@@ -19,15 +20,7 @@ kernels:
     dtype: {a: f16, c: f16, accumulator: f32, epilogue: f32}
     tile: [128x128x64, 128x64x64]
     stages: 4
-  - family: conv
-    arch: sm80
-    op: wgrad
-    dtype: {a: f16, c: f16, accumulator: f32, epilogue: f32}
-    tile: 128x128x32
-    warp: 64x64x32
-    stages: 4
-    split_k: serial
-"""
+""" + CONV_SM80_WGRAD_SPLITK_ENTRY
 
 PROBLEM = "n=128,h=56,w=56,c=64,k=64,r=3,s=3,pad=1"
 

@@ -21,6 +21,7 @@ from click.testing import CliRunner
 
 from emitter.errors import SpecError
 from emitter.profile.config import ProfileConfig, parse_config_text
+from tests._helpers import CONV_SM80_WGRAD_SPLITK_ENTRY
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = "manifests: [generated/demo]\nproblems:\n  - {m: 128, n: 256, k: 512}\n"
@@ -406,17 +407,7 @@ def test_a_record_from_before_the_setting_reads_back_as_settled():
     assert ProfileConfig.from_json(cfg().to_json()).timing.workspace_reset == "library"
 
 
-CONV_SPEC = """\
-kernels:
-  - family: conv
-    arch: sm80
-    op: wgrad
-    dtype: {a: f16, c: f16, accumulator: f32, epilogue: f32}
-    tile: 128x128x32
-    warp: 64x64x32
-    stages: 4
-    split_k: serial
-"""
+CONV_SPEC = "kernels:\n" + CONV_SM80_WGRAD_SPLITK_ENTRY
 
 
 @pytest.fixture(scope="module")
