@@ -11,11 +11,15 @@ On the GPU machine (H100 / H200), from the repository root:
    a kernel that fails is not timed;
 3. per layer, op (fprop, then dgrad, wgrad) and dtype: every verified kernel that can run the layer (a serial
    split-K instance once per slice count of runtime.split_k_choices: about one wave of SMs, half, double) and cuDNN
-   (torch.backends.cudnn.benchmark = True, channels_last; dgrad / wgrad through torch.nn.grad.conv2d_input /
-   conv2d_weight) on the same input buffers, rotated through enough sets to pass the L2; the same warm-up for
-   every function, then --reps timings of a batch of back-to-back calls between two CUDA events, the functions in
-   alternation, median per call;
-4. cross-check the best kernel's output against cuDNN's on the full layer;
+   (torch.backends.cudnn.benchmark = True, channels_last; fprop F.conv2d, dgrad / wgrad
+   aten.convolution_backward on the real tensors, as autograd runs them: emitter/families/conv/baseline.py) on
+   the same input buffers, rotated through enough sets to pass the L2; the same warm-up for every function, then
+   --reps timings of a batch of back-to-back calls between two CUDA events, the functions in alternation, median
+   per call; torch.nn.grad's helpers (the unfair baseline of tables before 2026-11-27) are timed beside it for the
+   record only (`nn_grad_*`; --no-old-baseline drops them);
+4. the winner timed again against cuDNN in a fresh alternation (the best of many samples is biased low: the
+   table's figure is this second timing, the search's is kept as search_ms / search_ratio), and its output
+   cross-checked against cuDNN's on the full layer;
 5. print the table (layer, op, dtype, best kernel, TFLOP/s, cuDNN TFLOP/s, ratio, GPU) and geometric means, and
    write conv.json + conv.md under --out (and --doc); a row names its kernel, the slice count it won with
    (`split_k`, which `emitter library --tuning conv.json` dispatches) and every candidate's TFLOP/s.
@@ -111,12 +115,14 @@ def tdtype(torch, dt: str):
     return {"f16": torch.float16, "bf16": torch.bfloat16}[dt]
 
 
-def bench_case(torch, timer: Timer, layer, op: str, dt: str, kernels: list, n: int, sm_count: int = 132) -> dict:
+def bench_case(torch, timer: Timer, layer, op: str, dt: str, kernels: list, n: int, sm_count: int = 132,
+               old_baseline: bool = True) -> dict:
     from dataclasses import replace
 
     import torch.nn.functional as F
 
     from emitter.families.conv import runtime as hooks
+    from emitter.families.conv.baseline import call_name
 
     from emitter.families.conv.flops import conv_flops
     from emitter.families.conv.runner import CannotRun
@@ -144,20 +150,26 @@ def bench_case(torch, timer: Timer, layer, op: str, dt: str, kernels: list, n: i
     def nchw(t):   # (N,1,H,W,C) storage -> NCHW logical, channels_last memory
         return t[:, 0].permute(0, 3, 1, 2)
 
-    if op == "fprop":
-        def cudnn(i):
-            s = sets[i % nsets]
-            return F.conv2d(nchw(s["x"]), nchw(s["w"]), stride=st, padding=pad)
-    elif op == "dgrad":
-        def cudnn(i):
-            s = sets[i % nsets]
+    from emitter.families.conv.baseline import torch_conv
+
+    # cuDNN as a model's training step calls it: F.conv2d, aten.convolution_backward on the real channels_last
+    # tensors (emitter/families/conv/baseline.py)
+    def cudnn(i):
+        s = sets[i % nsets]
+        return torch_conv(torch, op, nchw(s["x"]), nchw(s["w"]), nchw(s["y"]), stride=st, padding=pad)
+
+    # the helpers earlier tables used (torch.nn.grad: a zero-strided stand-in for the tensor they do not need),
+    # timed beside the fair call only so the table can say how far off the old figures were; never a baseline
+    def nn_grad(i):
+        s = sets[i % nsets]
+        if op == "dgrad":
             return torch.nn.grad.conv2d_input((p.n, p.c, p.h, p.w), nchw(s["w"]), nchw(s["y"]), stride=st, padding=pad)
-    else:
-        def cudnn(i):
-            s = sets[i % nsets]
-            return torch.nn.grad.conv2d_weight(nchw(s["x"]), (p.k, p.c, p.r, p.s), nchw(s["y"]), stride=st, padding=pad)
+        return torch.nn.grad.conv2d_weight(nchw(s["x"]), (p.k, p.c, p.r, p.s), nchw(s["y"]), stride=st, padding=pad)
 
     fns = {"cudnn": cudnn}
+    if op != "fprop" and old_baseline:
+        fns["cudnn_nn_grad"] = nn_grad
+    baselines = [b for b in fns]
     launches = {}
     for k in cands:
         kp = problem_for(layer, n, pad_c=k.cfg.iterator == "fixed_channels")
@@ -198,14 +210,17 @@ def bench_case(torch, timer: Timer, layer, op: str, dt: str, kernels: list, n: i
                 k.launch(packed, ln, torch.cuda.current_stream().cuda_stream)
             fns[variant] = launch
             launches[variant] = (ksets, out_name, k.name, split)
-    if len(fns) == 1:        # cuDNN's figure still goes into the table
-        t_cudnn = timer.time(fns)["cudnn"]
+    if len(fns) == len(baselines):        # cuDNN's figure still goes into the table
+        t_cudnn = timer.time({"cudnn": cudnn})["cudnn"]
         return {"layer": label, "op": op, "dtype": dt, "kernel": None, "reason": "no kernel can run this layer",
                 "cudnn_ms": t_cudnn, "cudnn_tflops": flops / (t_cudnn * 1e-3) / 1e12, "tflops": None, "ratio": None,
                 "problem": {"n": p.n, "h": p.h, "w": p.w, "c": p.c, "k": p.k, "r": p.r, "s": p.s, "stride": st,
                             "pad": pad}}
     times = timer.time(fns)
-    best = min((n_ for n_ in fns if n_ != "cudnn"), key=lambda n_: times[n_])
+    best = min((n_ for n_ in fns if n_ not in baselines), key=lambda n_: times[n_])
+    # winner's curse: the best of many samples is biased low, so the reported figure comes from the winner timed
+    # again against cuDNN in a fresh alternation (the search's own figure stays in the record as search_ms)
+    again = timer.time({"cudnn": cudnn, best: fns[best]})
     # cross-check the best kernel against cuDNN on set 0
     ksets, out_name, best_kernel, best_split = launches[best]
     ksets[0]["out"].fill_(float("nan"))
@@ -216,11 +231,17 @@ def bench_case(torch, timer: Timer, layer, op: str, dt: str, kernels: list, n: i
     rel = float((got - ref).norm() / max(ref.norm(), 1e-30))
     ok = math.isfinite(rel) and rel < 2e-2
     row = {"layer": label, "op": op, "dtype": dt, "kernel": best_kernel, "split_k": best_split, "variant": best,
-           "time_ms": times[best], "cudnn_ms": times["cudnn"],
+           "time_ms": again[best], "cudnn_ms": again["cudnn"], "search_ms": times[best],
+           "search_cudnn_ms": times["cudnn"], "search_ratio": times["cudnn"] / times[best],
+           "baseline": call_name(op),
            "problem": {"n": p.n, "h": p.h, "w": p.w, "c": p.c, "k": p.k, "r": p.r, "s": p.s, "stride": st, "pad": pad},
-           "tflops": flops / (times[best] * 1e-3) / 1e12, "cudnn_tflops": flops / (times["cudnn"] * 1e-3) / 1e12,
-           "ratio": times["cudnn"] / times[best], "check_rel_err": rel, "check": "ok" if ok else "MISMATCH",
-           "candidates": {k_: flops / (t * 1e-3) / 1e12 for k_, t in times.items()}, "sets": nsets}
+           "tflops": flops / (again[best] * 1e-3) / 1e12, "cudnn_tflops": flops / (again["cudnn"] * 1e-3) / 1e12,
+           "ratio": again["cudnn"] / again[best], "check_rel_err": rel, "check": "ok" if ok else "MISMATCH",
+           "candidates": {k_: flops / (t * 1e-3) / 1e12 for k_, t in times.items() if k_ not in baselines},
+           "sets": nsets}
+    if "cudnn_nn_grad" in times:
+        row["nn_grad_tflops"] = flops / (times["cudnn_nn_grad"] * 1e-3) / 1e12
+        row["nn_grad_ratio"] = times["cudnn_nn_grad"] / times[best]       # the old, unfair ratio, same run
     return row
 
 
@@ -237,25 +258,32 @@ def short(name: str | None) -> str:
 
 def table(rows: list[dict], gpu: str) -> tuple[str, dict]:
     lines = [f"GPU: {gpu}", "",
-             "| layer | op | dtype | best kernel | TFLOP/s | cuDNN TFLOP/s | ratio | check | GPU |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| layer | op | dtype | best kernel | TFLOP/s | cuDNN TFLOP/s | ratio | search ratio | ratio vs nn.grad (old, unfair) | check | GPU |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         f = (lambda v: f"{v:.0f}" if v else "-")
+        x = (lambda v: f"{v:.2f}x" if v else "-")
         lines.append(f"| {r['layer']} | {r['op']} | {r['dtype']} | {short(r.get('variant') or r.get('kernel'))} | {f(r.get('tflops'))} | "
-                     f"{f(r.get('cudnn_tflops'))} | {r['ratio']:.2f}x | {r.get('check', r.get('reason', ''))} | {gpu} |"
+                     f"{f(r.get('cudnn_tflops'))} | {r['ratio']:.2f}x | {x(r.get('search_ratio'))} | "
+                     f"{x(r.get('nn_grad_ratio'))} | {r.get('check', r.get('reason', ''))} | {gpu} |"
                      if r.get("ratio") else
-                     f"| {r['layer']} | {r['op']} | {r['dtype']} | - | - | {f(r.get('cudnn_tflops'))} | - | "
+                     f"| {r['layer']} | {r['op']} | {r['dtype']} | - | - | {f(r.get('cudnn_tflops'))} | - | - | - | "
                      f"{r.get('reason', '')} | {gpu} |")
     means = {}
     lines += ["", "Geometric means over the layers a kernel ran and matched cuDNN (a MISMATCH row does not count):", "",
-              "| op | dtype | geometric mean ratio vs cuDNN | layers | min ratio | mismatches |", "|---|---|---|---|---|---|"]
+              "| op | dtype | geometric mean ratio vs cuDNN | layers | min ratio | search geomean | geomean vs nn.grad (old) | mismatches |",
+              "|---|---|---|---|---|---|---|---|"]
     for op in OPS:
         for dt in DTYPES:
             mine = [r for r in rows if r["op"] == op and r["dtype"] == dt and r.get("ratio")]
             rs = [r["ratio"] for r in mine if r.get("check") == "ok"]
             if mine:
                 means[f"{op}_{dt}"] = geomean(rs)
+                ok_rows = [r for r in mine if r.get("check") == "ok"]
+                srch = geomean([r.get("search_ratio") for r in ok_rows])
+                old = geomean([r.get("nn_grad_ratio") for r in ok_rows])
                 lines.append(f"| {op} | {dt} | {geomean(rs) or 0:.3f}x | {len(rs)} | {min(rs) if rs else 0:.2f}x | "
+                             f"{f'{srch:.3f}x' if srch else '-'} | {f'{old:.3f}x' if old else '-'} | "
                              f"{len(mine) - len(rs)} |")
     return "\n".join(lines), means
 
@@ -273,6 +301,8 @@ def main() -> int:
     ap.add_argument("--min-ms", type=float, default=2.0)
     ap.add_argument("--doc", default=None)
     ap.add_argument("--skip-build", action="store_true")
+    ap.add_argument("--no-old-baseline", action="store_true", help="do not time torch.nn.grad's helpers beside")
+    ap.add_argument("--layers", default=None, help="comma-separated layer indices (default: all)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -289,6 +319,7 @@ def main() -> int:
     torch.backends.cudnn.benchmark = True
     from emitter.families.conv.runner import ConvKernel, run_case
     from emitter.families.conv import runtime as hooks
+    from emitter.families.conv.baseline import call_name
 
     manifest = json.loads((kdir / "manifest.json").read_text())
     kernels, verify = [], {}
@@ -315,10 +346,13 @@ def main() -> int:
     timer = Timer(torch, args.reps, args.min_ms, args.warmup)
     rows = []
     for op in args.ops.split(","):
-        for layer in LAYERS:
+        for li, layer in enumerate(LAYERS):
+            if args.layers and str(li) not in args.layers.split(","):
+                continue
             for dt in args.dtypes.split(","):
                 try:
-                    row = bench_case(torch, timer, layer, op, dt, kernels, args.n, sm_count)
+                    row = bench_case(torch, timer, layer, op, dt, kernels, args.n, sm_count,
+                                     old_baseline=not args.no_old_baseline)
                 except Exception as ex:  # noqa: BLE001
                     row = {"layer": layer[0], "op": op, "dtype": dt, "kernel": None, "reason": f"error: {ex}",
                            "tflops": None, "cudnn_tflops": None, "ratio": None}
@@ -339,11 +373,18 @@ def main() -> int:
               "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "rows": rows,
               "geomeans": means, "verify": verify, "wall_s": wall, "build_s": t_build, "verify_s": t_verify,
               "method": {"reps": args.reps, "warmup": args.warmup, "min_ms": args.min_ms, "median": True,
-                         "cudnn_benchmark": True, "layout": "channels_last"}}
+                         "cudnn_benchmark": True, "layout": "channels_last",
+                         "baseline": {op: call_name(op) for op in OPS}, "winner_retimed": True}}
     (out / "conv.json").write_text(json.dumps(record, indent=1, default=str))
-    md = ("# Convolution: emitter vs cuDNN (issue 28)\n\nGenerated by `benchmarks/conv_bench.py` "
-          f"({record['date']}; torch {torch.__version__}, cuDNN {record['cudnn']}; N = {args.n}, channels_last; "
-          "median of CUDA-event-timed batches after equal warm-up; TFLOP/s = 2·N·K·P·Q·C·R·S / t).\n\n" + text + "\n")
+    md = ("# Convolution kernel capability: the best of the bench's kernels vs cuDNN\n\nGenerated by "
+          f"`benchmarks/conv_bench.py` ({record['date']}; torch {torch.__version__}, cuDNN {record['cudnn']}; "
+          f"N = {args.n}, channels_last; median of CUDA-event-timed batches after equal warm-up; "
+          "TFLOP/s = 2·N·K·P·Q·C·R·S / t). Best of N kernels per layer: capability, not what an exported library "
+          "dispatches. cuDNN baseline: fprop `F.conv2d`, dgrad / wgrad `aten.convolution_backward` on the real "
+          "channels_last tensors (what autograd runs). `ratio` is the winner timed again against cuDNN in a fresh "
+          "alternation; `search ratio` is the search's own (biased) sample; `ratio vs nn.grad` is the same kernel "
+          "against torch.nn.grad's helpers, the unfair baseline of tables before 2026-11-27, shown only to say how "
+          "far off those were.\n\n" + text + "\n")
     (out / "conv.md").write_text(md)
     if args.doc:
         Path(args.doc).parent.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,8 @@ instances against cuDNN on the GPU (PyCUDA buffers, torch views of them) and to 
                        DeviceArena, random from a seed of (op, problem): every kernel and cuDNN read the same bytes
     ConvLaunch         one loaded kernel prepared on every set (one Params block and workspace per set)
     cudnn baseline     torch with cudnn.benchmark on channels_last views of the same x / w / y: F.conv2d (conv3d),
-                       torch.nn.grad.conv2d_input / conv2d_weight (what a PyTorch user gets); its output is torch's own
+                       aten.convolution_backward on the real tensors (what autograd runs; baseline.py says why
+                       not torch.nn.grad's helpers); its output is torch's own
     check              set 0's output against torch in float32 without TF32 on the GPU (every element), with verify's
                        conv tolerance; poison = unwritten; NaN never passes
 """
@@ -402,16 +403,11 @@ def _geometry(p: ConvProblem, dims: int) -> dict[str, Any]:
 
 
 def _torch_conv(torch: Any, op: str, dims: int, v: dict[str, Any], p: ConvProblem, geo: dict[str, Any]) -> Any:
-    """The op's result as torch computes it (cuDNN on the GPU for half types)."""
-    import torch.nn.functional as F
+    """The op's result as torch computes it (cuDNN on the GPU for half types), from the real x / w / y views:
+    F.conv{2,3}d or aten.convolution_backward, as autograd runs them (families/conv/baseline.py)."""
+    from emitter.families.conv.baseline import torch_conv
 
-    if op == "fprop":
-        return (F.conv2d if dims == 2 else F.conv3d)(v["x"], v["w"], **geo)
-    if op == "dgrad":
-        fn = torch.nn.grad.conv2d_input if dims == 2 else torch.nn.grad.conv3d_input
-        return fn(tuple(v["x"].shape), v["w"], v["y"], **geo)
-    fn = torch.nn.grad.conv2d_weight if dims == 2 else torch.nn.grad.conv3d_weight
-    return fn(v["x"], tuple(v["w"].shape), v["y"], **geo)
+    return torch_conv(torch, op, v["x"], v["w"], v["y"], **geo)
 
 
 def baseline(name: str, data: ConvProfileData, stream: Any) -> BaselineLaunch:
@@ -450,8 +446,9 @@ def baseline(name: str, data: ConvProfileData, stream: Any) -> BaselineLaunch:
         else:
             run(i)
 
-    call = {"fprop": f"F.conv{op.dims}d", "dgrad": f"torch.nn.grad.conv{op.dims}d_input",
-            "wgrad": f"torch.nn.grad.conv{op.dims}d_weight"}[op.op]
+    from emitter.families.conv.baseline import call_name
+
+    call = call_name(op.op, op.dims)
     provider = (f"{call} (cuDNN {torch.backends.cudnn.version()}, benchmark, channels_last)"
                 f"{', TF32' if tf32 else ''}, torch {torch.__version__}")
     try:
