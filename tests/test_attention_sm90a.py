@@ -207,12 +207,16 @@ def test_one_sm90a_instance_builds_and_its_shim_checks_problems(tmp_path):
 
     status, launch = shim.query(problem())
     assert status == 0, reason_fn()
+    # any length: odd query and key lengths, one row, rows without keys (seq_q > seq_k, bottom-right)
+    for sq, sk in ((1001, 1000), (1, 1), (1, 4097), (7, 3), (4097, 1), (255, 257)):
+        status, odd = shim.query(problem(seq_q=sq, seq_k=sk))
+        assert status == 0 and odd.shared_bytes == launch.shared_bytes, (sq, sk, reason_fn())
     inst = AttentionInstance.from_config(entry["config"])
     assert launch.shared_bytes == sm90a.smem_bytes(inst, inst.stages).total
     assert launch.params_align == 128 and tuple(launch.block) == (384, 1, 1)
     for kw, status_want, words in [
         (dict(heads_kv=3), 2, b"divide"),
-        (dict(seq_q=1001), 1, b"multiple of 8"),
+        (dict(seq_q=0), 2, b">= 1"),
         (dict(scale=-0.5), 1, b"scale"),
         (dict(head_dim=128, head_dim_v=128), 1, b"head_dim"),
         (dict(cu_seqlens_q=64, cu_seqlens_k=64), 1, b"variable sequence lengths"),

@@ -232,12 +232,8 @@ def not_supported_reasons(inst, p: AttentionProblem) -> list[str]:
                 out.append(f"{name}: seq {rows} x row stride {s[name][1]} does not fit the kernel's 32-bit offsets")
         if p.heads_q > 65535 or p.batch > 65535:
             out.append("heads_q and batch must be <= 65535 (grid y/z)")
-    # sm90a (templates/attention/sm90a/device.cu.j2): upstream's can_implement wants seq_q a multiple of the
-    # 16-byte vector (varlen: the shim rounds the longest up); TMA wants 16-byte strides (padded rows)
+    # sm90a (templates/attention/sm90a/device.cu.j2): any seq_q / seq_k; TMA wants 16-byte strides (padded rows)
     if getattr(inst.arch, "yaml", inst.arch) == "sm90a":
-        vector = 128 // inst.dtype.bits
-        if p.seq_q % vector and not p.varlen:
-            out.append(f"seq_q={p.seq_q} is not a multiple of {vector} (the sm90a collective's 16-byte rule)")
         s = p.strides()
         for name in ("q", "k", "v", "o"):
             bad = [x for i, x in enumerate(s[name]) if not (p.varlen and i == 0) and x * inst.dtype.bits % 128]

@@ -16,12 +16,11 @@ one; this module names them and adapts signatures.
 
 from __future__ import annotations
 
-import ctypes
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from emitter.errors import ManifestError, SpecError
-from emitter.families.attention import abi as _abi
+from emitter.families.attention.abi import c_problem  # noqa: F401
 from emitter.families.attention.check import compare  # noqa: F401
 from emitter.families.attention.fake import FAKE_FAULTS
 from emitter.families.attention.fake import fake_run as _fake_run
@@ -116,24 +115,15 @@ def problem_from_mapping(item: Mapping[str, Any], where: str, line: int | None, 
 
 
 def default_problems(cfg: AttentionConfig, quick: bool = False) -> list[tuple[AttentionProblem, str]]:
-    """The default verify set: sequence lengths that are not tile multiples, seq_q != seq_k both ways (both
-    causal alignments see rows with few or no keys), GQA groups (MQA too) on GQA instances, a run-time
-    scale, both data kinds plus large magnitudes, padded rows (sm80: strides that are not packed, and stray
-    writes into the padding caught); varlen instances get ragged cu_seqlens with an empty sequence. quick:
-    small sizes only (CI / fake backend)."""
+    """The default verify set: sequence lengths that are not tile multiples (nor multiples of 8: one query
+    row, 77, 33), seq_q != seq_k both ways (both causal alignments see rows with few or no keys: under
+    causal_bottom_right with seq_q > seq_k the leading rows see none), GQA groups (MQA too) on GQA instances,
+    a run-time scale, both data kinds plus large magnitudes, padded rows (strides that are not packed, and
+    stray writes into the padding caught: the LSE padding sits right after the last query row); varlen
+    instances get ragged cu_seqlens with an empty sequence. quick: small sizes only (CI / fake backend)."""
     d, dv, lay = cfg.head_dim, cfg.head_dim_v, cfg.layout.value
     hq, hkv = (8, 2) if cfg.gqa else (4, 4)
     out: list[tuple[AttentionProblem, str]] = []
-    # sm90a's collective wants seq_q (varlen: the longest) a multiple of its 16-byte vector: the query lengths
-    # are rounded up there (still no tile multiples); key lengths stay ragged (the key tail)
-    vec = 128 // cfg.dtype.bits if cfg.arch == "sm90a" else 1
-
-    def sq(n: int) -> int:
-        return -(-n // vec) * vec
-
-    def lq(*ns: int) -> tuple[int, ...]:
-        top = max(ns)
-        return tuple(sq(n) if n == top else n for n in ns)
 
     def P(data: str, **kw: Any) -> None:
         kw.setdefault("heads_q", hq)
@@ -141,36 +131,41 @@ def default_problems(cfg: AttentionConfig, quick: bool = False) -> list[tuple[At
         out.append((make_problem(head_dim=d, head_dim_v=dv, layout=lay, **kw), data))
 
     if cfg.varlen:
-        P("normal", seqlens_q=lq(1, 77, 130, 64), seqlens_k=(5, 77, 97, 0))
-        P("int", seqlens_q=lq(33, 3), seqlens_k=(65, 200), scale=0.25)
-        P("large", seqlens_q=lq(100, 64), seqlens_k=(100, 129))
+        P("normal", seqlens_q=(1, 77, 130, 64), seqlens_k=(5, 77, 97, 0))
+        P("int", seqlens_q=(33, 3), seqlens_k=(65, 200), scale=0.25)
+        P("large", seqlens_q=(100, 64), seqlens_k=(100, 129))
         if cfg.gqa:
-            P("normal", heads_kv=1, seqlens_q=lq(17, 50), seqlens_k=(70, 3))
+            P("normal", heads_kv=1, seqlens_q=(17, 50), seqlens_k=(70, 3))
         if cfg.arch == "sm80":      # padded rows: any strides, and nothing written outside the rows
             P("normal", seqlens_q=(20, 45), seqlens_k=(33, 0), pad=8)
         if not quick:
-            P("normal", seqlens_q=lq(1000, 513, 2), seqlens_k=(1000, 1024, 700))
+            P("normal", seqlens_q=(1000, 513, 2), seqlens_k=(1000, 1024, 700))
         return out
-    P("normal", batch=2, seq_q=sq(77), seq_k=77)
-    P("normal", batch=1, seq_q=sq(100), seq_k=130, scale=0.3)
-    P("normal", batch=2, seq_q=sq(130), seq_k=65)
+    P("normal", batch=2, seq_q=77, seq_k=77)
+    P("normal", batch=1, seq_q=100, seq_k=130, scale=0.3)
+    P("normal", batch=2, seq_q=130, seq_k=65)
     P("int", batch=2, seq_q=64, seq_k=129)
     P("large", batch=1, seq_q=96, seq_k=200)
+    P("normal", batch=3, seq_q=1, seq_k=300)         # one query row (decode) against a ragged key length
+    P("int", batch=2, seq_q=150, seq_k=3)            # bottom-right: all but the last 3 rows see no key
     if cfg.gqa:
-        P("normal", batch=1, heads_q=4, heads_kv=1, seq_q=sq(33), seq_k=47)
-    if cfg.arch == "sm80":          # padded rows: any strides, and nothing written outside the rows
-        P("normal", batch=2, seq_q=50, seq_k=70, scale=0.2, pad=8)
+        P("normal", batch=1, heads_q=4, heads_kv=1, seq_q=33, seq_k=47)
+    # padded rows (8 elements: sm90a's TMA strides stay 16-byte multiples): any strides, nothing written
+    # outside the rows
+    P("normal", batch=2, seq_q=50, seq_k=70, scale=0.2, pad=8)
     # key lengths that are tile multiples: the only ones a key_tail-false instance runs (and the no-tail path
     # of every other instance); seq_q != seq_k both ways, a run-time scale, both data kinds, GQA
     tkv = cfg.tile_kv
-    P("normal", batch=2, seq_q=sq(100), seq_k=2 * tkv)
-    P("int", batch=1, seq_q=sq(3 * tkv + 8), seq_k=tkv, scale=0.25)
-    P("large", batch=1, seq_q=sq(40), seq_k=3 * tkv)
+    P("normal", batch=2, seq_q=100, seq_k=2 * tkv)
+    P("int", batch=1, seq_q=3 * tkv + 5, seq_k=tkv, scale=0.25)
+    P("large", batch=1, seq_q=41, seq_k=3 * tkv)
+    P("normal", batch=2, seq_q=1, seq_k=tkv)
     if cfg.gqa:
-        P("normal", batch=1, heads_q=4, heads_kv=1, seq_q=sq(33), seq_k=tkv)
+        P("normal", batch=1, heads_q=4, heads_kv=1, seq_q=33, seq_k=tkv)
     if not quick:
         P("normal", batch=2, seq_q=1000, seq_k=1000)
-        P("normal", batch=1, seq_q=sq(513), seq_k=2048, scale=0.1)
+        P("normal", batch=1, seq_q=513, seq_k=2048, scale=0.1)
+        P("normal", batch=1, seq_q=2049, seq_k=2047)
     return out
 
 
@@ -202,26 +197,6 @@ def flops(cfg: AttentionConfig, p: AttentionProblem) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- backends
-def c_problem(cfg: AttentionConfig, p: AttentionProblem, pointers: Mapping[str, int]) -> ctypes.Structure:
-    """emitter_attention_problem for device pointers by buffer name (q, k, v, o, lse, cu_seqlens_q/k)."""
-    s = p.strides()
-    c = _abi.EmitterAttentionProblem()
-    c.batch, c.heads_q, c.heads_kv = p.batch, p.heads_q, p.heads_kv
-    c.seq_q, c.seq_k = p.seq_q, p.seq_k
-    c.head_dim, c.head_dim_v = p.head_dim, p.head_dim_v
-    c.scale = float(p.scale)
-    c.flags = 0
-    c.total_q, c.total_k = p.total_q, p.total_k
-    for name in ("q", "k", "v", "o"):
-        arr = getattr(c, f"stride_{name}")
-        for i, v in enumerate(s[name]):
-            arr[i] = int(v)
-    c.stride_lse[0], c.stride_lse[1] = (int(x) for x in s["lse"])
-    for name in ("q", "k", "v", "o", "lse", "cu_seqlens_q", "cu_seqlens_k"):
-        setattr(c, name, int(pointers.get(name) or 0) or None)
-    return c
-
-
 def fake_run(cfg: AttentionConfig, p: AttentionProblem, buffers: Mapping[str, Any],
              faults: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     return _fake_run(cfg, p, buffers, faults)
@@ -234,3 +209,52 @@ __all__ = ["NAME", "DATA_KINDS", "PROBLEM_KEYS", "FAKE_FAULTS", "BASELINES", "At
            "kernel_launch", "profile_allocate", "profile_applies", "profile_check", "profile_fake_problem", "profile_min_bytes",
            "profile_op", "profile_op_from_json", "profile_poison", "profile_problem", "profile_problem_from_dict",
            "profile_set_bytes"]
+
+
+# ---------------------------------------------------------------------------------------------- op: backward
+# A manifest config with `op: backward` is an attention backward instance: the hooks below take it to
+# emitter/families/attention/backward_runtime.py (same problems and labels; its own inputs, reference, check,
+# shim struct and fake computation); forward configs go where they always went.
+import functools as _functools  # noqa: E402
+
+from emitter.families.attention import backward_runtime as _bwd_rt  # noqa: E402
+
+FAKE_FAULTS = tuple(FAKE_FAULTS) + _bwd_rt.BACKWARD_FAULTS
+_forward_config_from_entry = config_from_entry
+
+
+def config_from_entry(entry: Mapping[str, Any], root: Any = None):  # noqa: F811
+    cfg = entry.get("config") if isinstance(entry, Mapping) else None
+    if isinstance(cfg, Mapping) and cfg.get("op") == "backward":
+        return _bwd_rt.config_from_entry(entry, root)
+    return _forward_config_from_entry(entry, root)
+
+
+def _by_op(name: str):
+    forward, backward = globals()[name], getattr(_bwd_rt, name)
+
+    @_functools.wraps(forward)
+    def hook(cfg, *args, **kwargs):
+        return (backward if _bwd_rt.is_backward(cfg) else forward)(cfg, *args, **kwargs)
+    return hook
+
+
+for _name in ("default_problems", "not_supported_reasons", "footprint", "flops", "make_inputs", "reference",
+              "compare", "c_problem", "fake_run"):
+    globals()[_name] = _by_op(_name)
+
+
+def _forward_only(name: str):
+    forward = globals()[name]
+
+    @_functools.wraps(forward)
+    def hook(cfg, *args, **kwargs):
+        if _bwd_rt.is_backward(cfg):
+            from emitter.errors import EmitterError
+            raise EmitterError(f"{getattr(cfg, 'name', '?')}: attention backward instances are verified "
+                               f"(`emitter verify`), not profiled yet: leave them out with --exclude 'op=backward'")
+        return forward(cfg, *args, **kwargs)
+    return hook
+
+
+profile_op = _forward_only("profile_op")

@@ -3,7 +3,7 @@
 A small runner for the GPU tests of the sm90a kernels (tests/test_attention_sm90a_gpu.py) and the attention
 benchmark (benchmarks/attention_bench.py): the instance's cubin and host shim come from its build record
 (<root>/build/<name>/record.json), the shim fills the Params (TMA descriptors) for a problem made from the
-tensors' shapes and strides, and emitter/runtime/launcher.py launches the kernel with the Params by value on
+tensors' shapes and strides, and emitter/kit/launcher.py launches the kernel with the Params by value on
 torch's current stream. torch owns the context (the primary context, current after any torch CUDA call).
 
 Tensors are logical [batch, seq, heads, dim] (q, o: heads_q; k, v: heads_kv), any strides with the head dim
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from emitter.families.attention.abi import AttentionShim, EmitterAttentionProblem
-from emitter.runtime.launcher import DriverKernel, PackedParams
+from emitter.kit.launcher import DriverKernel, PackedParams
 
 STATUS = {0: "ok", 1: "cannot implement", 2: "invalid argument", 3: "buffer too small", 4: "CUDA error",
           5: "internal error"}
@@ -203,4 +203,164 @@ def compare(got, want, *, tol: float) -> dict[str, Any]:
             "max_abs_err": float(diff.abs().max()), "worst_index": worst}
 
 
-__all__ = ["AttentionKernel", "CannotRun", "reference", "reference_varlen", "compare", "manifest_configs"]
+# ---------------------------------------------------------------------------------- any length (gapped rows)
+# Each sequence sits in a buffer GAP rows longer than itself: O's and LSE's extra rows hold poison (NaN), so a
+# kernel that stores a row past seq_q leaves a mark there; K's and V's extra rows hold finite data, so a kernel
+# that reads a key past seq_k sees one more key (LSE too high), not a NaN.
+GAP = 3
+PLANTS = ("rows_past_end", "last_row_dropped", "key_past_end")   # predicates off by one, planted at launch
+
+
+def gapped_tensors(b: int, sq: int, sk: int, hq: int, hkv: int, d: int, *, dtype, layout: str = "bshd",
+                   lse: bool = True, gap: int = GAP, seed: int = 0, magnitude: float = 1.0) -> dict[str, Any]:
+    """Storage for one problem with `gap` spare rows after each (batch, head)'s sequence: {"q", "k", "v", "o"}
+    [b, s + gap, h, d] (bshd) or [b, h, s + gap, d] (bhsd), "lse" [b, hq, sq + gap] (None without LSE). O and
+    LSE are poisoned (NaN) everywhere; take views of any length with rows_view()."""
+    import torch
+
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+
+    def buf(s: int, h: int, scale: float | None) -> Any:
+        shape = (b, s + gap, h, d) if layout == "bshd" else (b, h, s + gap, d)
+        if scale is None:
+            return torch.full(shape, float("nan"), device="cuda", dtype=dtype)
+        return (torch.randn(shape, generator=gen, device="cuda", dtype=torch.float32) * scale).to(dtype)
+
+    out = {"q": buf(sq, hq, magnitude), "k": buf(sk, hkv, magnitude), "v": buf(sk, hkv, 1.0), "o": buf(sq, hq, None),
+           "lse": torch.full((b, hq, sq + gap), float("nan"), device="cuda", dtype=torch.float32) if lse else None,
+           "layout": layout, "sq": sq, "sk": sk}
+    return out
+
+
+def rows_view(t: dict[str, Any], name: str, rows: int) -> Any:
+    """The logical view of the first `rows` rows of buffer `name`: [b, rows, h, d] (lse: [b, hq, rows])."""
+    base = t[name]
+    if base is None:
+        return None
+    if name == "lse":
+        return base[:, :, :rows]
+    return base[:, :rows] if t["layout"] == "bshd" else base[:, :, :rows].transpose(1, 2)
+
+
+def run_gapped(kern: "AttentionKernel", t: dict[str, Any], *, scale: float = 0.0, plant: str | None = None) -> None:
+    """Launch on the gapped storage with the true lengths, or with a planted off-by-one (PLANTS): the kernel
+    told seq_q + 1 (O / LSE stores one row past the end: the gap's poison overwritten), seq_q - 1 (the last
+    row never stored) or seq_k + 1 (the key-tail bound one late: a key past the end visible)."""
+    import torch
+
+    sq, sk = t["sq"], t["sk"]
+    if plant not in (None,) + PLANTS:
+        raise ValueError(f"unknown plant {plant!r}: one of {', '.join(PLANTS)}")
+    tq = sq + 1 if plant == "rows_past_end" else sq - 1 if plant == "last_row_dropped" else sq
+    tk = sk + 1 if plant == "key_past_end" else sk
+    if tq < 1:
+        raise ValueError("last_row_dropped needs seq_q >= 2")
+    kern(rows_view(t, "q", tq), rows_view(t, "k", tk), rows_view(t, "v", tk), rows_view(t, "o", tq),
+         rows_view(t, "lse", tq), scale)
+    torch.cuda.synchronize()
+
+
+def _bhsd_rows(x: Any, layout: str) -> Any:
+    """A [b, s, h, d] (bshd storage) or [b, h, s, d] (bhsd storage) buffer as numpy [b, h, s, d] float64."""
+    a = x.double().cpu().numpy()
+    return a.transpose(0, 2, 1, 3) if layout == "bshd" else a
+
+
+def check_gapped(t: dict[str, Any], mask: str, dtype: str, *, scale: float = 0.0) -> dict[str, Any]:
+    """The verdict of a run_gapped() launch against the float64 reference of the true lengths (row_verdict)."""
+    want_o, want_lse = reference(rows_view(t, "q", t["sq"]), rows_view(t, "k", t["sk"]), rows_view(t, "v", t["sk"]),
+                                 mask=mask, scale=scale)
+    lse = t["lse"]
+    return row_verdict(_bhsd_rows(t["o"], t["layout"]), None if lse is None else lse.double().cpu().numpy(),
+                       want_o.permute(0, 2, 1, 3).cpu().numpy(), want_lse.cpu().numpy(), dtype)
+
+
+def row_verdict(o_rows, lse_rows, want_o, want_lse, dtype: str) -> dict[str, Any]:
+    """Row by row, numpy: o_rows [b, h, sq + gap, d] and lse_rows [b, h, sq + gap] (None: no LSE) as the
+    kernel left them (NaN = never written), want_o [b, h, sq, d] / want_lse [b, h, sq] the reference. Counts
+    (b, h, row) rows: stray_rows (a row past seq_q written), unwritten_rows (a row below seq_q with an element
+    still NaN), empty_row_errors (a row that sees no key and is not O = 0, LSE = -inf), lse_high_rows /
+    lse_low_rows (LSE above / below the reference beyond tolerance: an extra key raises it), lse_inf_mismatch,
+    o_bad_rows (O off by more than the dtype's tolerance x max |O|). status PASSED only with every count 0."""
+    import numpy as np
+
+    from emitter.dtypes import DType
+    from emitter.families.attention.tolerances import lse_tolerance, o_tolerance
+
+    sq = want_o.shape[2]
+    o_in, o_gap = o_rows[:, :, :sq], o_rows[:, :, sq:]
+    stray = ~np.isnan(o_gap).all(axis=3)
+    unwritten = np.isnan(o_in).any(axis=3)
+    scale = float(np.abs(want_o).max()) if want_o.size else 0.0
+    scale = scale if scale > 0 else 1.0
+    tol = o_tolerance(DType[dtype])
+    with np.errstate(invalid="ignore"):
+        err = np.abs(np.where(np.isnan(o_in), 0.0, o_in) - want_o)
+    o_bad = (err > tol * scale).any(axis=3) | ~np.isfinite(o_in).all(axis=3)
+    empty = np.isneginf(want_lse)
+    empty_bad = empty & ((o_in != 0).any(axis=3) | np.isnan(o_in).any(axis=3))
+    high = low = inf_mis = np.zeros_like(unwritten)
+    lse_max = 0.0
+    if lse_rows is not None:
+        l_in, l_gap = lse_rows[:, :, :sq], lse_rows[:, :, sq:]
+        stray = stray | ~np.isnan(l_gap)
+        unwritten = unwritten | np.isnan(l_in)
+        inf_mis = (np.isneginf(l_in) != empty) & ~np.isnan(l_in)
+        both = np.isfinite(l_in) & ~empty
+        with np.errstate(invalid="ignore"):
+            lerr = np.where(both, np.abs(l_in - want_lse), 0.0)
+            lbad = lerr > lse_tolerance(np.where(empty, 0.0, np.abs(want_lse)))
+            high, low = lbad & (l_in > want_lse), lbad & (l_in < want_lse)
+        lse_max = float(lerr.max()) if lerr.size else 0.0
+        empty_bad = empty_bad | (empty & ~np.isneginf(l_in))
+    counts = {"stray_rows": int(stray.sum()), "unwritten_rows": int(unwritten.sum()),
+              "empty_row_errors": int(empty_bad.sum()), "lse_high_rows": int(high.sum()),
+              "lse_low_rows": int(low.sum()), "lse_inf_mismatch": int(inf_mis.sum()),
+              "o_bad_rows": int((o_bad & ~unwritten).sum())}
+    words = {"stray_rows": "rows past seq_q written", "unwritten_rows": "rows below seq_q not written",
+             "empty_row_errors": "rows without keys not O = 0 / LSE = -inf", "lse_high_rows": "LSE too high",
+             "lse_low_rows": "LSE too low", "lse_inf_mismatch": "LSE -inf where the reference is finite or back",
+             "o_bad_rows": f"O off by more than {tol:g} x max|O|"}
+    reasons = [f"{words[k]}: {v}" for k, v in counts.items() if v]
+    return {"status": "FAILED" if reasons else "PASSED", "reason": "; ".join(reasons),
+            "o_max_err": float(err.max() / scale) if err.size else 0.0, "lse_max_err": lse_max,
+            "first_stray_row": int(np.argwhere(stray)[0][2]) + sq if stray.any() else None, **counts}
+
+
+def expected_reason(plant: str, verdict: dict[str, Any], *, rows: int, lse: bool = True) -> bool:
+    """A planted off-by-one is caught for its reason: rows_past_end -> exactly the row seq_q of each of the
+    `rows` (batch, head) pairs stored; last_row_dropped -> exactly those rows' last row missing; key_past_end ->
+    with LSE: LSE too high somewhere and never too low (an extra visible key only adds probability mass);
+    without: O off on some rows, every row written and none past the end."""
+    if plant == "rows_past_end":
+        return verdict["stray_rows"] == rows and verdict["first_stray_row"] is not None
+    if plant == "last_row_dropped":
+        return verdict["unwritten_rows"] == rows
+    if plant == "key_past_end":
+        if lse:
+            return verdict["lse_high_rows"] > 0 and verdict["lse_low_rows"] == 0
+        return verdict["o_bad_rows"] > 0 and verdict["stray_rows"] == 0 and verdict["unwritten_rows"] == 0
+    raise ValueError(plant)
+
+
+def time_ms(run, *, warmup: int = 5, iters: int = 30) -> float:
+    """Median milliseconds of run() over `iters` launches, CUDA events around each on torch's stream."""
+    import torch
+
+    for _ in range(warmup):
+        run()
+    times = []
+    for _ in range(iters):
+        a, z = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        run()
+        z.record()
+        z.synchronize()
+        times.append(a.elapsed_time(z))
+    times.sort()
+    return times[len(times) // 2]
+
+
+__all__ = ["AttentionKernel", "CannotRun", "reference", "reference_varlen", "compare", "manifest_configs", "GAP",
+           "PLANTS", "gapped_tensors", "rows_view", "run_gapped", "check_gapped", "row_verdict", "expected_reason",
+           "time_ms"]

@@ -536,9 +536,11 @@ struct Device {
     if (p->heads_q % p->heads_kv != 0) return refuse(EMITTER_INVALID_ARGUMENT, "heads_kv does not divide heads_q");
     if (!(p->scale >= 0.0f) || std::isinf(p->scale))
       return refuse(EMITTER_CANNOT_IMPLEMENT, "the softmax scale must be finite and > 0 (0 = 1/sqrt(head_dim))");
-    // upstream's can_implement (FmhaMainloopTmaWarpSpecialized): seq_q a multiple of the 16-byte vector
-    if (p->seq_q % (16 / static_cast<int>(sizeof(Element))) != 0)
-      return refuse(EMITTER_CANNOT_IMPLEMENT, "seq_q is not a multiple of 8 (the collective's 16-byte alignment rule)");
+    // Any seq_q and seq_k >= 1 (emitter's can-implement, not upstream's: its collective's seq_q % 8 rule is
+    // not needed here). The (seq, dim, (batch, head)) descriptors keep seq as a mode of its own with extent
+    // seq_q / seq_k, so TMA zero-fills rows past the end on load and drops them on the O store (per-mode
+    // bounds: nothing reaches the next sequence), the mask level masks keys >= seq_k, the LSE store is
+    // predicated on the row; only the strides need 16 bytes (checked below).
     long long sq[3], sk[3], sv[3], so[3];
     const char* bad = nullptr;
     if ((bad = strides(p->stride_q, p->batch, p->seq_q, p->heads_q, kHeadDim, sq)) != nullptr) return refuse(EMITTER_CANNOT_IMPLEMENT, bad);

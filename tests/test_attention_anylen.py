@@ -1,0 +1,226 @@
+"""Any sequence length on the sm90a attention kernels, without a GPU: the run-time rules (every seq_q, seq_k
+>= 1), the default verify problems (odd lengths, one query row, rows that see no key, padded rows), the
+row-by-row verdict of the gapped GPU runs (emitter/families/attention/torch_run.py) catching each planted
+off-by-one for its reason on numpy stand-ins of what the faulty kernel would write, and (`-m nvcc`) the TMA
+descriptors CuTe builds for fixed-length tensors keeping the sequence as a mode of its own whose extent is
+seq_q / seq_k exactly -- what makes TMA zero-fill rows past the end on load and drop them on the O store.
+
+GPU side: tests/test_attention_anylen_gpu.py, scripts/attention_anylen.sh.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from emitter.dtypes import DType
+from emitter.families.attention import runtime as hooks
+from emitter.families.attention import sm90a
+from emitter.families.attention.model import Arch, AttentionInstance, Layout, Mask, Schedule
+from emitter.families.attention.problem import make_problem, not_supported_reasons
+from emitter.families.attention.reference import reference_sequence
+from emitter.families.attention.torch_run import PLANTS, expected_reason, row_verdict
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def sm90a_cfg(mask=Mask.causal_bottom_right, key_tail=True, gqa=True, layout=Layout.bshd, varlen=False, d=128):
+    inst = sm90a.resolve(AttentionInstance(Arch.sm90a, DType.f16, d, d, 128, 128, schedule=Schedule.cooperative,
+                                           mask=mask, key_tail=key_tail, lse=True, gqa=gqa, layout=layout,
+                                           varlen=varlen))
+    assert isinstance(inst, AttentionInstance), inst
+    return hooks.AttentionConfig(name="t", arch="sm90a", instance=inst)
+
+
+# ------------------------------------------------------------------------------------------------ rules
+@pytest.mark.parametrize("sq,sk", [(1, 1), (1001, 1000), (7, 3), (4097, 1), (1, 131072), (197, 197)])
+def test_sm90a_takes_every_length(sq, sk):
+    cfg = sm90a_cfg()
+    p = make_problem(batch=2, heads_q=8, heads_kv=2, seq_q=sq, seq_k=sk, head_dim=128)
+    assert not_supported_reasons(cfg, p) == []
+
+
+def test_sm90a_still_refuses_what_it_cannot_run():
+    tail_off = sm90a_cfg(key_tail=False)
+    p = make_problem(batch=1, heads_q=8, heads_kv=2, seq_q=77, seq_k=77, head_dim=128)
+    assert any("key_tail" in r for r in not_supported_reasons(tail_off, p))
+    bad_stride = make_problem(batch=1, heads_q=8, heads_kv=2, seq_q=77, seq_k=77, head_dim=128, pad=3)
+    assert any("16 bytes" in r for r in not_supported_reasons(sm90a_cfg(), bad_stride))
+
+
+@pytest.mark.parametrize("layout", [Layout.bshd, Layout.bhsd])
+@pytest.mark.parametrize("quick", [True, False])
+def test_default_problems_cover_any_length(layout, quick):
+    cfg = sm90a_cfg(layout=layout)
+    probs = [p for p, _ in hooks.default_problems(cfg, quick=quick)]
+    runnable = [p for p in probs if not not_supported_reasons(cfg, p)]
+    assert runnable == probs, [not_supported_reasons(cfg, p) for p in probs if p not in runnable]
+    assert sum(p.seq_q % 8 != 0 for p in probs) >= 4                 # not multiples of the 16-byte vector
+    assert any(p.seq_q == 1 for p in probs)                          # one query row (decode)
+    assert any(p.seq_q > p.seq_k for p in probs) and any(p.seq_q < p.seq_k for p in probs)
+    assert any(p.seq_q - p.seq_k >= 100 for p in probs)              # bottom-right: many rows without a key
+    assert any(p.pad for p in probs)                                 # LSE padding right after the last row
+    if not quick:
+        assert any(p.seq_q > 2048 and p.seq_q % 8 for p in probs)
+
+
+def test_default_problems_of_varlen_instances_have_odd_longest_sequences():
+    cfg = sm90a_cfg(varlen=True)
+    probs = [p for p, _ in hooks.default_problems(cfg, quick=True)]
+    assert all(not not_supported_reasons(cfg, p) for p in probs)
+    assert any(p.seq_q % 8 for p in probs)
+
+
+# ------------------------------------------------------------------------------------------------ verdict
+def _faulty(mask: str, sq: int, sk: int, plant: str | None, gap: int = 3, seed: int = 0):
+    """What a kernel with `plant` would leave in gapped O / LSE buffers ([b=2, h=4, sq + gap, ...], NaN =
+    unwritten), computed in numpy, and the reference of the true lengths."""
+    rng = np.random.default_rng(seed)
+    b, hq, hkv, d = 2, 4, 2, 16
+    q = rng.standard_normal((b, hq, sq + gap, d))
+    k = rng.standard_normal((b, hkv, sk + gap, d))
+    v = rng.standard_normal((b, hkv, sk + gap, d))
+    tq = sq + 1 if plant == "rows_past_end" else sq - 1 if plant == "last_row_dropped" else sq
+    tk = sk + 1 if plant == "key_past_end" else sk
+    o = np.full((b, hq, sq + gap, d), np.nan)
+    lse = np.full((b, hq, sq + gap), np.nan)
+    want_o = np.zeros((b, hq, sq, d))
+    want_lse = np.zeros((b, hq, sq))
+    for i in range(b):
+        got_o, got_l = reference_sequence(q[i, :, :tq], k[i, :, :tk], v[i, :, :tk], 0.25, mask)
+        o[i, :, :tq] = got_o.astype(np.float16)                       # the kernel's output dtype
+        lse[i, :, :tq] = got_l
+        want_o[i], want_lse[i] = reference_sequence(q[i, :, :sq], k[i, :, :sk], v[i, :, :sk], 0.25, mask)
+    return o, lse, want_o, want_lse
+
+
+@pytest.mark.parametrize("mask", ["none", "causal_top_left", "causal_bottom_right"])
+@pytest.mark.parametrize("sq,sk", [(77, 77), (13, 40), (40, 13), (1, 9)])
+def test_verdict_passes_a_right_kernel_and_catches_each_plant_for_its_reason(mask, sq, sk):
+    o, lse, want_o, want_lse = _faulty(mask, sq, sk, None)
+    v = row_verdict(o, lse, want_o, want_lse, "f16")
+    assert v["status"] == "PASSED", v
+    if mask == "causal_bottom_right" and sq > sk:
+        assert np.isneginf(want_lse).any()                           # rows without keys were checked
+    rows = 2 * 4
+    for plant in PLANTS:
+        if plant == "last_row_dropped" and sq < 2:
+            continue
+        v = row_verdict(*_faulty(mask, sq, sk, plant), "f16")
+        if plant == "key_past_end" and mask == "causal_top_left" and sq <= sk:
+            assert v["status"] == "PASSED", v      # no row reaches key sk: the fault cannot show (GPU plants avoid it)
+            continue
+        assert v["status"] == "FAILED", (plant, v)
+        assert expected_reason(plant, v, rows=rows), (plant, v)
+        others = [p for p in PLANTS if p != plant and (p != "last_row_dropped" or sq >= 2)]
+        assert not any(expected_reason(p, v, rows=rows) for p in others if p != "key_past_end"), (plant, v)
+
+
+@pytest.mark.parametrize("mask", ["none", "causal_top_left", "causal_bottom_right"])
+def test_verdict_without_lse_catches_each_plant_for_its_reason(mask):
+    sq, sk = 77, 5                    # the GPU plants' shape: few keys, so one more shows in O
+    o, _, want_o, want_lse = _faulty(mask, sq, sk, None)
+    assert row_verdict(o, None, want_o, want_lse, "bf16")["status"] == "PASSED"
+    for plant in PLANTS:
+        o, _, want_o, want_lse = _faulty(mask, sq, sk, plant)
+        v = row_verdict(o, None, want_o, want_lse, "bf16")
+        assert v["status"] == "FAILED" and expected_reason(plant, v, rows=8, lse=False), (plant, v)
+    o, lse, want_o, want_lse = _faulty(mask, sq, sk, "rows_past_end")
+    assert row_verdict(o, lse, want_o, want_lse, "f16")["first_stray_row"] == sq
+
+
+def test_verdict_catches_rows_without_keys_written_wrong():
+    o, lse, want_o, want_lse = _faulty("causal_bottom_right", 40, 13, None)
+    empty = np.isneginf(want_lse)
+    assert empty.sum() == 2 * 4 * 27
+    o2 = o.copy()
+    o2[:, :, :40][empty] = 0.5                                       # O not zero where no key is seen
+    assert row_verdict(o2, lse, want_o, want_lse, "f16")["empty_row_errors"] == int(empty.sum())
+    lse2 = lse.copy()
+    lse2[:, :, :40][empty] = np.inf                                   # upstream's +inf marker kept
+    v = row_verdict(o, lse2, want_o, want_lse, "f16")
+    assert v["status"] == "FAILED" and v["empty_row_errors"] == int(empty.sum())
+
+
+# ------------------------------------------------------------------------------------------------ nvcc
+TMA_PROBE = r"""
+// The TMA descriptors of emitter's fixed-length sm90a attention tensors, as CuTe builds them from
+// (seq, dim, (batch, head)) tensors with run-time strides: print each descriptor's dims and strides.
+#include "cute/tensor.hpp"
+#include "cute/atom/copy_traits_sm90_tma.hpp"
+#include "cute/atom/mma_traits_sm90_gmma.hpp"
+#include <cstdio>
+using namespace cute;
+using T = cutlass::half_t;
+
+template<class SLayout, class Tiler>
+void probe(const char* what, int S, int D, int B, int H, bool bshd, SLayout sl, Tiler tiler) {
+  const int s_seq = bshd ? H * D : D, s_batch = bshd ? S * H * D : H * S * D, s_head = bshd ? D : S * D;
+  auto g = make_tensor(make_gmem_ptr(static_cast<T*>(nullptr)),
+                       make_layout(make_shape(S, D, make_shape(B, H)), make_stride(s_seq, _1{}, make_stride(s_batch, s_head))));
+  auto cta_v_map = make_identity_layout(shape(g)).compose(tiler);
+  auto basis = cute::detail::construct_tma_gbasis<T>(g, get_nonswizzle_portion(sl), cta_v_map);
+  cute::array<uint64_t, 5> dims = {1, 1, 1, 1, 1};
+  cute::array<uint64_t, 5> strides = {0, 0, 0, 0, 0};
+  cute::detail::fill_tma_gmem_shape_stride(recast<T>(g), stride(basis), dims, strides);
+  std::printf("%s S=%d D=%d B=%d H=%d %s dims %llu %llu %llu %llu %llu strides %llu %llu %llu %llu %llu\n",
+              what, S, D, B, H, bshd ? "bshd" : "bhsd",
+              (unsigned long long)dims[0], (unsigned long long)dims[1], (unsigned long long)dims[2],
+              (unsigned long long)dims[3], (unsigned long long)dims[4], (unsigned long long)strides[0],
+              (unsigned long long)strides[1], (unsigned long long)strides[2], (unsigned long long)strides[3],
+              (unsigned long long)strides[4]);
+}
+
+int main() {
+  using namespace cute::GMMA;
+  // Q / K tiles (64 or 128 rows x head dim, K-major, the collective's swizzle atoms) and the epilogue's
+  // 64 x 32 D tile
+  auto d32 = tile_to_shape(Layout_K_SW64_Atom<T>{}, make_shape(_64{}, _32{}));
+  auto d64 = tile_to_shape(Layout_K_SW128_Atom<T>{}, make_shape(_64{}, _64{}));
+  auto d128 = tile_to_shape(Layout_K_SW128_Atom<T>{}, make_shape(_128{}, _128{}));
+  for (int S : {1, 7, 77, 197, 4097}) {
+    for (int H : {1, 4}) {
+      for (bool bshd : {true, false}) {
+        probe("tile64x32", S, 32, 3, H, bshd, d32, make_shape(_64{}, _32{}));
+        probe("tile64x64", S, 64, 3, H, bshd, d64, make_shape(_64{}, _64{}));
+        probe("tile128x128", S, 128, 3, H, bshd, d128, make_shape(_128{}, _128{}));
+      }
+    }
+  }
+  return 0;
+}
+"""
+
+
+@pytest.mark.nvcc
+def test_fixed_length_tma_descriptors_bound_the_sequence_exactly(tmp_path):
+    """Every descriptor: dims (head dim, seq, batch, head) with the seq extent exactly S and strides in bytes
+    the tensor's own -- so a box reaching past row S is clipped at S (zero-filled loads, dropped stores), never
+    continued into the next sequence or head (which a seq mode merged with the batch mode would do)."""
+    from emitter.build.nvcc import find_nvcc
+    from emitter.cutlass_path import find_cutlass
+
+    nvcc = find_nvcc()
+    src = tmp_path / "probe.cu"
+    src.write_text(TMA_PROBE)
+    exe = tmp_path / "probe"
+    incs = find_cutlass().include_flags()
+    r = subprocess.run([str(nvcc), "-std=c++17", "--expt-relaxed-constexpr", *incs, "-o", str(exe), str(src)],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-4000:]
+    out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60).stdout.splitlines()
+    assert len(out) == 5 * 2 * 2 * 3
+    for line in out:
+        m = re.match(r"\S+ S=(\d+) D=(\d+) B=(\d+) H=(\d+) (\w+) dims (.*) strides (.*)$", line)
+        assert m, line
+        S, D, B, H = (int(m.group(i)) for i in range(1, 5))
+        dims = [int(x) for x in m.group(6).split()]
+        strides = [int(x) for x in m.group(7).split()]
+        bshd = m.group(5) == "bshd"
+        assert dims[:4] == [D, S, B, H], line
+        s_seq, s_batch, s_head = (H * D, S * H * D, D) if bshd else (D, H * S * D, S * D)
+        assert strides[:4] == [1, s_seq, s_batch, s_head], line     # elements
