@@ -235,7 +235,7 @@ def _seed(op: ConvOp, problem: ConvProfileProblem) -> int:
 
 
 def profile_allocate(op: ConvOp, problem: ConvProfileProblem, settings: Any, sets: int) -> ConvProfileData:
-    from emitter.profile.timing import DeviceArena
+    from emitter.kit.arena import DeviceArena
 
     alpha, beta = float(getattr(settings, "alpha", 1.0)), float(getattr(settings, "beta", 0.0))
     p = problem.conv
@@ -267,7 +267,7 @@ def profile_allocate(op: ConvOp, problem: ConvProfileProblem, settings: Any, set
 
 
 def profile_poison(data: ConvProfileData, set_index: int = 0) -> None:
-    from emitter.runtime.hostdata import poison_value
+    from emitter.kit.hostdata import poison_value
 
     out = _OUT[data.op.op]
     c = _dt(data.op.c)
@@ -285,10 +285,10 @@ class ConvLaunch:
         import pycuda.driver as drv
 
         from emitter.families.conv.abi import c_problem_from
-        from emitter.profile import workspace as wsr   # timing.workspace_reset: the shim's memset, as the library
-        from emitter.runtime.backend import CannotImplement, LaunchFailed
-        from emitter.runtime.launcher import PackedParams
-        from emitter.runtime.shim import EMITTER_BUFFER_TOO_SMALL, EMITTER_CANNOT_IMPLEMENT, EMITTER_OK, status_name
+        from emitter.kit import workspace as wsr   # timing.workspace_reset: the shim's memset, as the library
+        from emitter.kit.failures import CannotImplement, LaunchFailed
+        from emitter.kit.launcher import PackedParams
+        from emitter.kit.shim import EMITTER_BUFFER_TOO_SMALL, EMITTER_CANNOT_IMPLEMENT, EMITTER_OK, status_name
 
         if options:
             raise CannotImplement("conv instances have no run-time scheduler options")
@@ -372,7 +372,7 @@ def kernel_launch(kernel: Any, data: ConvProfileData, stream: Any, **run_options
 # ------------------------------------------------------------------------------------------------ torch views
 def _views(torch: Any, data: ConvProfileData, i: int) -> dict[str, Any]:
     """Logical NC(D)HW torch views (channels_last memory) of set i's x, w, y, source."""
-    from emitter.families.gemm.profile_check import _CudaArray, torch_dtype
+    from emitter.kit.torch_interop import CudaArray, torch_dtype
 
     p = data.problem.conv
     a, c = _dt(data.op.a), _dt(data.op.c)
@@ -386,7 +386,7 @@ def _views(torch: Any, data: ConvProfileData, i: int) -> dict[str, Any]:
         dt = c if t in (out, "source") else (DType.f32 if a is DType.tf32 else a)
         count = int(np.prod(shape))
         raw = {DType.f16: "<f2"}.get(dt)
-        flat = torch.as_tensor(_CudaArray(ptr, count, dt.bytes, raw), device="cuda")
+        flat = torch.as_tensor(CudaArray(ptr, count, dt.bytes, raw), device="cuda")
         want = torch_dtype(torch, dt)
         if flat.dtype != want:
             flat = flat.view(want)
@@ -411,7 +411,7 @@ def _torch_conv(torch: Any, op: str, dims: int, v: dict[str, Any], p: ConvProble
 
 
 def baseline(name: str, data: ConvProfileData, stream: Any) -> BaselineLaunch:
-    from emitter.profile.baselines import torch_available
+    from emitter.kit.torch_interop import torch_available
 
     if name != "cudnn":
         raise BaselineUnavailable(f"no conv baseline named {name!r} (known: {', '.join(BASELINES)})")
@@ -432,10 +432,14 @@ def baseline(name: str, data: ConvProfileData, stream: Any) -> BaselineLaunch:
     tstream = torch.cuda.ExternalStream(int(stream.handle)) if getattr(stream, "handle", 0) else None
 
     def run(i: int) -> None:
+        j = i % len(views)
+        if not tf32 and _dt(op.a) is not DType.f32:     # half types: the TF32 switch does not apply, leave it be
+            data.cache["baseline_out"] = (j, _torch_conv(torch, op.op, op.dims, views[j], p, geo))
+            return
         prev = torch.backends.cudnn.allow_tf32
         torch.backends.cudnn.allow_tf32 = tf32
         try:
-            data.cache["baseline_out"] = (i % len(views), _torch_conv(torch, op.op, op.dims, views[i % len(views)], p, geo))
+            data.cache["baseline_out"] = (j, _torch_conv(torch, op.op, op.dims, views[j], p, geo))
         finally:
             torch.backends.cudnn.allow_tf32 = prev
 
@@ -467,7 +471,7 @@ def profile_check(data: ConvProfileData, cfg: Any, use_torch: bool, **run_option
     """Set 0's output (the kernel's, or with cfg None the baseline's last result on set 0) against torch in
     float32 without TF32 on the GPU, every element; verify's conv tolerance for the reduction length."""
     from emitter.families.conv import reference as _reference
-    from emitter.runtime.hostdata import bits_of, poison_value
+    from emitter.kit.hostdata import bits_of, poison_value
 
     if not use_torch:
         return {"passed": False, "reason": "the conv profile check needs torch on the GPU machine", "rel_err": None,
@@ -488,8 +492,8 @@ def profile_check(data: ConvProfileData, cfg: Any, use_torch: bool, **run_option
             if data.beta != 0:
                 z = z + data.beta * v["source"].float()
             if op.bias:
-                from emitter.families.gemm.profile_check import _CudaArray, torch_dtype
-                flat = torch.as_tensor(_CudaArray(data.sets[0].bias, p.k, c.bytes, {DType.f16: "<f2"}.get(c)), device="cuda")
+                from emitter.kit.torch_interop import CudaArray, torch_dtype
+                flat = torch.as_tensor(CudaArray(data.sets[0].bias, p.k, c.bytes, {DType.f16: "<f2"}.get(c)), device="cuda")
                 flat = flat.view(torch_dtype(torch, c)) if flat.dtype != torch_dtype(torch, c) else flat
                 z = z + flat.float().view(1, -1, *([1] * op.dims))
             if op.activation == "relu":
