@@ -2,7 +2,7 @@
 build of a library holding real sm90a and sm80 attention kernels (plus the two GEMM kernels a library needs for
 its arch groups), then the Python loader's attention() against a float64 reference and torch SDPA: GQA, causal
 from the top left and from the bottom right, run-time scale, LSE, sequence lengths that are not tile multiples,
-a query length the sm90a kernel refuses (dispatch falls through to sm80), a forced sm80 kernel, variable lengths,
+query lengths that are not multiples of 8 (sm90a runs them, no fall-through to sm80), a forced sm80 kernel, variable lengths,
 torch.compile(fullgraph=True) and CUDA graph capture + replay.
 
     python3 -m pytest -q -m gpu tests/test_attention_library_gpu.py          (about 3 minutes on 16 cores)
@@ -125,7 +125,9 @@ CASES = [   # (batch, heads_q, heads_kv, seq_q, seq_k, causal, align, scale)
     (2, 8, 2, 200, 333, True, "bottom_right", None),
     (1, 4, 1, 256, 256, True, "bottom_right", 0.05),     # MQA
     (2, 8, 8, 333, 200, True, "bottom_right", None),     # seq_q > seq_k: leading rows see no key
-    (2, 8, 2, 77, 130, True, "bottom_right", None),      # seq_q not a multiple of 8: sm90a refuses, sm80 runs
+    (2, 8, 2, 77, 130, True, "bottom_right", None),      # seq_q not a multiple of 8: sm90a runs it
+    (1, 8, 2, 4097, 4097, True, "top_left", None),       # the odd prefill length: sm90a, not sm80
+    (3, 8, 2, 1, 1001, True, "bottom_right", None),      # one query row against an odd key length
 ]
 
 
@@ -142,7 +144,7 @@ def test_attention_against_reference_and_sdpa(lib, case):
     v = torch.randn(b, sk, hkv, 128, device="cuda", dtype=torch.float16)
     want_o, want_l = reference(torch, q, k, v, causal, align, scale)
     sel = lib.attention_select(q, k, v, causal=causal, causal_align=align, scale=scale, lse=True)
-    expect_arch = "sm80" if sq % 8 else "sm90a"
+    expect_arch = "sm90a"                        # every length: the sm90a kernels come first on cc 9.0
     assert f"attn_{expect_arch}_" in sel["kernel"], sel
     out, lse = lib.attention(q, k, v, causal=causal, causal_align=align, scale=scale, lse=True)
     torch.cuda.synchronize()
