@@ -3,7 +3,7 @@ kernel against each same-run baseline, one bar group per case. Reads the JSON th
 benchmarks/attention_bench.py and benchmarks/conv_bench.py write.
 
     python benchmarks/family_plots.py --attention docs/perf/families/attention-2026-11-25-h100.json \
-        --conv docs/perf/families/conv-2026-11-25-h100.json --out docs/perf/families
+        --conv docs/perf/families/conv-2026-11-27-h200.json --out docs/perf/families
 """
 
 from __future__ import annotations

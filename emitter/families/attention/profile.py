@@ -32,6 +32,7 @@ from emitter.dtypes import DType
 from emitter.families.attention.flops import visible_pairs
 from emitter.families.attention.problem import AttentionProblem, make_problem, mask_mismatch
 from emitter.families.base import BaselineLaunch, BaselineUnavailable
+from emitter.kit.torch_interop import CudaArray
 
 BASELINES = ("sdpa_cudnn", "sdpa_flash", "sdpa_efficient")
 BASELINE_PROVIDERS = {"sdpa_cudnn": "torch SDPA, cuDNN backend", "sdpa_flash": "torch SDPA, flash backend (FA2)",
@@ -197,8 +198,8 @@ class AttentionData:
 
 
 def profile_allocate(op: AttentionOp, problem: AttentionProfileProblem, settings: Any, sets: int) -> AttentionData:
-    from emitter.profile.timing import DeviceArena
-    from emitter.runtime.hostdata import poison_value
+    from emitter.kit.arena import DeviceArena
+    from emitter.kit.hostdata import poison_value
 
     vp = problem.verify_problem(op.layout)
     why = op_mismatch(op, problem)
@@ -224,7 +225,7 @@ def profile_allocate(op: AttentionOp, problem: AttentionProfileProblem, settings
 
 
 def profile_poison(data: AttentionData, set_index: int = 0) -> None:
-    from emitter.runtime.hostdata import poison_value
+    from emitter.kit.hostdata import poison_value
 
     if data.mismatch or not data.sets:
         return
@@ -240,9 +241,9 @@ class KernelLaunch:
 
     def __init__(self, kernel: Any, data: AttentionData, stream: Any, **run_options: Any) -> None:
         from emitter.families.attention.problem import not_supported_reasons
-        from emitter.families.attention.runtime import c_problem
-        from emitter.runtime import prepare
-        from emitter.runtime.backend import CannotImplement, LaunchFailed
+        from emitter.families.attention.abi import c_problem
+        from emitter.kit import prepare
+        from emitter.kit.failures import CannotImplement, LaunchFailed
 
         self.launches: list[tuple[tuple[int, int, int], tuple[int, int, int], Any, int]] = []
         self.info: dict[str, Any] = {}
@@ -301,12 +302,6 @@ def kernel_launch(kernel: Any, data: AttentionData, stream: Any, **run_options: 
 
 
 # ---------------------------------------------------------------------------------------------- baselines
-class _CudaArray:
-    def __init__(self, ptr: int, count: int, typestr: str) -> None:
-        self.__cuda_array_interface__ = {"shape": (int(count),), "typestr": typestr, "data": (int(ptr), False),
-                                         "version": 3, "strides": None}
-
-
 def torch_views(torch: Any, data: AttentionData, s: Mapping[str, int]) -> dict[str, Any]:
     """[B, H, S, D] torch views of set `s`'s q, k, v, o (zero-copy, the op's layout's strides)."""
     p, vp = data.problem, data.vp
@@ -318,7 +313,7 @@ def torch_views(torch: Any, data: AttentionData, s: Mapping[str, int]) -> dict[s
     out = {}
     for name, heads, rows, dim in (("q", p.heads_q, p.seq_q, p.head_dim), ("k", p.heads_kv, p.seq_k, p.head_dim),
                                    ("v", p.heads_kv, p.seq_k, p.head_dim_v), ("o", p.heads_q, p.seq_q, p.head_dim_v)):
-        flat = torch.as_tensor(_CudaArray(s[name], n[name], "<i2"), device="cuda").view(dt)
+        flat = torch.as_tensor(CudaArray(s[name], n[name], 2, "<i2"), device="cuda").view(dt)
         sb, ss, sh = strides[name]
         out[name] = torch.as_strided(flat, (p.batch, heads, rows, dim), (sb, sh, ss, 1))
     return out
@@ -366,20 +361,44 @@ def baseline(name: str, data: AttentionData, stream: Any) -> BaselineLaunch:
                f"torch {torch.__version__}"
     if name == "sdpa_cudnn":
         provider += f", cuDNN {torch.backends.cudnn.version()}"
-    try:       # one call now: a backend that refuses this case is "unavailable", not a fault
-        launch(0)
-        stream.synchronize()
-    except (RuntimeError, TypeError) as e:
-        text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        if "illegal" in text.lower():
-            raise
-        raise BaselineUnavailable(f"{BASELINE_PROVIDERS[name]} refused this problem: {text[:200]}") from None
+    def first_call() -> str | None:
+        try:       # one call now: a backend that refuses this case is "unavailable", not a fault
+            launch(0)
+            stream.synchronize()
+            return None
+        except (RuntimeError, TypeError) as e:
+            text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            if "illegal" in text.lower():
+                raise
+            return text
+
+    refused = first_call()
+    if refused and gqa:
+        # a backend without enable_gqa gets what a model that uses it passes: K/V expanded to the query heads
+        # (repeat_interleave, as transformers' repeat_kv does), made once per operand set and not timed -- the
+        # figure most favourable to the baseline
+        group = p.heads_q // p.heads_kv
+        for v in views:
+            v["k"] = v["k"].repeat_interleave(group, dim=1)
+            v["v"] = v["v"].repeat_interleave(group, dim=1)
+        kw.pop("enable_gqa", None)
+        torch.cuda.synchronize()
+        again = first_call()
+        if again is None:
+            provider += f"; GQA as K/V expanded to {p.heads_q} heads before the call (untimed; enable_gqa refused: " \
+                        f"{refused[:80]})"
+            return BaselineLaunch(name, provider, launch, tstream)
+        refused = again
+    if refused:
+        raise BaselineUnavailable(f"{BASELINE_PROVIDERS[name]} refused this problem: {refused[:200]}")
+    if gqa:
+        provider += "; GQA through enable_gqa=True"
     return BaselineLaunch(name, provider, launch, tstream)
 
 
 # ---------------------------------------------------------------------------------------------- check
 def _host(data: AttentionData, name: str, ptr: int) -> np.ndarray:
-    from emitter.runtime.hostdata import storage_dtype
+    from emitter.kit.hostdata import storage_dtype
 
     return data.arena.to_host(ptr, storage_dtype(_dtype(data.op)), data.vp.elements()[name])
 
@@ -398,7 +417,7 @@ def _sample_rows(n: int) -> np.ndarray:
 
 def _reference(data: AttentionData) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]:
     """{(b, h): (rows, O rows float64)} of set 0, from the inputs copied to the host."""
-    from emitter.runtime.hostdata import decode
+    from emitter.kit.hostdata import decode
 
     if "reference" in data.cache:
         return data.cache["reference"]
@@ -439,7 +458,7 @@ def profile_check(data: AttentionData, cfg: Any, use_torch: bool, **run_options:
     """Set 0's O (a kernel's; cfg None or the op: the last baseline call's own output) against the float64
     reference of sampled rows; every element of a kernel's O must be written."""
     from emitter.families.attention.tolerances import o_tolerance
-    from emitter.runtime.hostdata import bits_of, decode, poison_value
+    from emitter.kit.hostdata import bits_of, decode, poison_value
 
     p, dt = data.problem, _dtype(data.op)
     tol = o_tolerance(dt)
@@ -490,7 +509,7 @@ def profile_fake_problem(cfg: Any, problem: AttentionProfileProblem, settings: A
     """The fake profile engine's check problem: the profile problem shrunk (at most 2 batches, 2 KV heads with
     up to 2 query heads each, `limit` rows), with the problem's mask request; CannotImplement for a kernel
     whose mask or head dims do not compute the problem."""
-    from emitter.runtime.backend import CannotImplement
+    from emitter.kit.failures import CannotImplement
 
     from emitter.families.attention.problem import not_supported_reasons
 
