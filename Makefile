@@ -10,9 +10,20 @@ JOBS    ?=
 
 .PHONY: install install-base demo demo-all emit build verify profile test test-fast test-gpu bench bench-gpu bench-gpu-explore bench-attention bench-conv perf-doc golden clean
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed $(VENV)/.installed-torch
 $(VENV)/.installed: $(VENV)/.installed-base pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+# torch runs the attention and conv torch references and the conv runner's planted-fault launches on the CPU
+# in the tests. Installed only where the venv cannot import one already (a GPU machine's own CUDA torch stays),
+# and pinned: an unpinned `torch` resolves to the newest multi-GB CUDA build. The CI machine has this release's
+# CPU wheel on disk; elsewhere `make install TORCH_PIP_ARGS='--index-url https://download.pytorch.org/whl/cpu'`
+# gets the CPU build, and TORCH= leaves torch out (its tests then skip).
+TORCH          ?= torch==2.13.0
+TORCH_PIP_ARGS ?=
+$(VENV)/.installed-torch: $(VENV)/.installed-base
+	$(if $(TORCH),$(BIN)/python -c 'import torch' 2>/dev/null || $(BIN)/pip install -q $(TORCH_PIP_ARGS) '$(TORCH)')
 	touch $@
 
 # install-base: emitter and the CUTLASS headers only, what `make demo` needs (the test extras, ray and matplotlib
