@@ -224,3 +224,61 @@ def test_fixed_length_tma_descriptors_bound_the_sequence_exactly(tmp_path):
         assert dims[:4] == [D, S, B, H], line
         s_seq, s_batch, s_head = (H * D, S * H * D, D) if bshd else (D, H * S * D, S * D)
         assert strides[:4] == [1, s_seq, s_batch, s_head], line     # elements
+
+
+# ------------------------------------------------------------------------------------------------ torch (CPU)
+def _right_kernel(mask):
+    """What a right kernel does with the views it is handed (any strides): the reference of the lengths it is
+    told, written into O and LSE; run_gapped's plants then tell it the wrong lengths."""
+    from emitter.families.attention.torch_run import reference
+
+    def run(q, k, v, o, lse, scale):
+        want_o, want_lse = reference(q, k, v, mask=mask, scale=scale)
+        o.copy_(want_o.to(o.dtype))
+        if lse is not None:
+            lse.copy_(want_lse.float())
+    return run
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+@pytest.mark.parametrize("mask", ["none", "causal_top_left", "causal_bottom_right"])
+@pytest.mark.parametrize("lse", [True, False])
+def test_gapped_runs_catch_each_plant_for_its_reason(layout, mask, lse):
+    """The GPU test's path end to end on the CPU (torch views of the gapped buffers, the kernel's problem
+    struct, the verdict), with a stand-in kernel: clean runs pass, each plant fails for its own reason."""
+    torch = pytest.importorskip("torch")
+    from emitter.families.attention.torch_run import (PLANTS, check_gapped, expected_reason, gapped_tensors,
+                                                      run_gapped)
+
+    kern = _right_kernel(mask)
+    b, hq, hkv, d = 2, 4, 2, 16
+    for sq, sk in ((77, 5), (1, 9), (33, 33)):
+        t = gapped_tensors(b, sq, sk, hq, hkv, d, dtype=torch.bfloat16, layout=layout, lse=lse, device="cpu")
+        run_gapped(kern, t, scale=0.3)
+        v = check_gapped(t, mask, "bf16", scale=0.3)
+        assert v["status"] == "PASSED", (sq, sk, v)
+    sq, sk = 77, 5
+    for plant in PLANTS:
+        t = gapped_tensors(b, sq, sk, hq, hkv, d, dtype=torch.bfloat16, layout=layout, lse=lse, device="cpu", seed=1)
+        run_gapped(kern, t, plant=plant)
+        v = check_gapped(t, mask, "bf16")
+        assert v["status"] == "FAILED" and expected_reason(plant, v, rows=b * hq, lse=lse), (plant, v)
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+def test_gapped_views_make_the_strides_the_shim_checks(layout):
+    torch = pytest.importorskip("torch")
+    from emitter.families.attention.torch_run import GAP, AttentionKernel, gapped_tensors, rows_view
+
+    b, sq, sk, hq, hkv, d = 2, 77, 130, 8, 2, 64
+    t = gapped_tensors(b, sq, sk, hq, hkv, d, dtype=torch.float16, layout=layout, device="cpu")
+    p = AttentionKernel.problem(*(rows_view(t, n, sq if n in ("q", "o", "lse") else sk)
+                                  for n in ("q", "k", "v", "o", "lse")))
+    assert (p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, p.head_dim) == (b, hq, hkv, sq, sk, d)
+    rows_q, rows_k = sq + GAP, sk + GAP
+    if layout == "bshd":
+        assert tuple(p.stride_o) == (rows_q * hq * d, hq * d, d) and tuple(p.stride_k) == (rows_k * hkv * d, hkv * d, d)
+    else:
+        assert tuple(p.stride_o) == (hq * rows_q * d, d, rows_q * d) and tuple(p.stride_k) == (hkv * rows_k * d, d, rows_k * d)
+    assert tuple(p.stride_lse) == (hq * rows_q, rows_q)
+    assert all(s * 2 % 16 == 0 for f in ("stride_q", "stride_k", "stride_v", "stride_o") for s in getattr(p, f))

@@ -212,23 +212,24 @@ PLANTS = ("rows_past_end", "last_row_dropped", "key_past_end")   # predicates of
 
 
 def gapped_tensors(b: int, sq: int, sk: int, hq: int, hkv: int, d: int, *, dtype, layout: str = "bshd",
-                   lse: bool = True, gap: int = GAP, seed: int = 0, magnitude: float = 1.0) -> dict[str, Any]:
+                   lse: bool = True, gap: int = GAP, seed: int = 0, magnitude: float = 1.0,
+                   device: str = "cuda") -> dict[str, Any]:
     """Storage for one problem with `gap` spare rows after each (batch, head)'s sequence: {"q", "k", "v", "o"}
     [b, s + gap, h, d] (bshd) or [b, h, s + gap, d] (bhsd), "lse" [b, hq, sq + gap] (None without LSE). O and
     LSE are poisoned (NaN) everywhere; take views of any length with rows_view()."""
     import torch
 
-    gen = torch.Generator(device="cuda").manual_seed(seed)
+    gen = torch.Generator(device=device).manual_seed(seed)
 
     def buf(s: int, h: int, scale: float | None) -> Any:
         shape = (b, s + gap, h, d) if layout == "bshd" else (b, h, s + gap, d)
         if scale is None:
-            return torch.full(shape, float("nan"), device="cuda", dtype=dtype)
-        return (torch.randn(shape, generator=gen, device="cuda", dtype=torch.float32) * scale).to(dtype)
+            return torch.full(shape, float("nan"), device=device, dtype=dtype)
+        return (torch.randn(shape, generator=gen, device=device, dtype=torch.float32) * scale).to(dtype)
 
     out = {"q": buf(sq, hq, magnitude), "k": buf(sk, hkv, magnitude), "v": buf(sk, hkv, 1.0), "o": buf(sq, hq, None),
-           "lse": torch.full((b, hq, sq + gap), float("nan"), device="cuda", dtype=torch.float32) if lse else None,
-           "layout": layout, "sq": sq, "sk": sk}
+           "lse": torch.full((b, hq, sq + gap), float("nan"), device=device, dtype=torch.float32) if lse else None,
+           "layout": layout, "sq": sq, "sk": sk, "device": device}
     return out
 
 
@@ -242,10 +243,11 @@ def rows_view(t: dict[str, Any], name: str, rows: int) -> Any:
     return base[:, :rows] if t["layout"] == "bshd" else base[:, :, :rows].transpose(1, 2)
 
 
-def run_gapped(kern: "AttentionKernel", t: dict[str, Any], *, scale: float = 0.0, plant: str | None = None) -> None:
-    """Launch on the gapped storage with the true lengths, or with a planted off-by-one (PLANTS): the kernel
-    told seq_q + 1 (O / LSE stores one row past the end: the gap's poison overwritten), seq_q - 1 (the last
-    row never stored) or seq_k + 1 (the key-tail bound one late: a key past the end visible)."""
+def run_gapped(kern: Any, t: dict[str, Any], *, scale: float = 0.0, plant: str | None = None) -> None:
+    """Launch kern(q, k, v, o, lse, scale) (an AttentionKernel) on the gapped storage with the true lengths,
+    or with a planted off-by-one (PLANTS): the kernel told seq_q + 1 (O / LSE stores one row past the end: the
+    gap's poison overwritten), seq_q - 1 (the last row never stored) or seq_k + 1 (the key-tail bound one
+    late: a key past the end visible)."""
     import torch
 
     sq, sk = t["sq"], t["sk"]
@@ -257,7 +259,8 @@ def run_gapped(kern: "AttentionKernel", t: dict[str, Any], *, scale: float = 0.0
         raise ValueError("last_row_dropped needs seq_q >= 2")
     kern(rows_view(t, "q", tq), rows_view(t, "k", tk), rows_view(t, "v", tk), rows_view(t, "o", tq),
          rows_view(t, "lse", tq), scale)
-    torch.cuda.synchronize()
+    if t["device"] != "cpu":
+        torch.cuda.synchronize()
 
 
 def _bhsd_rows(x: Any, layout: str) -> Any:
