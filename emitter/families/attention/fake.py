@@ -2,14 +2,18 @@
 
 No code is shared with the reference or with inputs.py's addressing: tensors are read through reshaped
 views of the flat storage (the reference side gathers with index arithmetic), dtypes are decoded and encoded
-here with bit operations (not emitter.runtime.hostdata), and the computation is a blocked online softmax in
+here with bit operations (not emitter.kit.hostdata), and the computation is a blocked online softmax in
 float32 over key tiles of the instance's tile_kv, with P rounded to the dtype before P.V, the way the kernels
 do it (the reference is a one-shot float64 softmax). A bug in one cannot cancel in the other.
 
 Faults (FAKE_FAULTS), the planted bugs verify must catch for the right reason:
   wrong_scale          ignores the problem's scale, uses 1/sqrt(head_dim)
   no_mask              skips the causal mask
-  key_tail_off_by_one  masks the key tail one key late (reads the row after the sequence's last key)
+  key_tail_off_by_one  masks the key tail one key late: with a partial last key tile, one more key takes part,
+                       the K/V row that follows the sequence's last one in memory (bshd: the next sequence's
+                       first row of the same head; bhsd: the next head's first row; varlen: the next
+                       sequence's), as the real bug reads it; a sequence whose next row would be past the buffer
+                       is left alone (the GPU test's plant spares it too)
   wrong_kv_head        query head h reads KV head h % heads_kv instead of h // (heads_q / heads_kv)
   skip_lse             leaves the LSE unwritten
   lse_overrun          pads each LSE row with +inf up to a multiple of 32 (what CUTLASS's kernel_forward.h does
@@ -95,6 +99,19 @@ def _view(flat: np.ndarray, p, heads: int, dim: int, rows: int) -> np.ndarray:
     return np.lib.stride_tricks.as_strided(flat, shape=shape, strides=strides, writeable=flat.flags.writeable)
 
 
+def _row_after(flat: np.ndarray, p, dim: int, rows: int, entry: int, head: int, row: int) -> np.ndarray | None:
+    """Row `row` of `head` in batch entry `entry` read from the flat storage by this file's own offsets, where
+    `row` may be one past the entry's rows (what a kernel reading one key too many gets); None past the buffer."""
+    heads = p.heads_kv
+    if p.layout == "bshd":
+        stride = heads * dim + p.pad
+        start = entry * rows * stride + row * stride + head * dim
+    else:
+        stride = dim + p.pad
+        start = (entry * heads + head) * rows * stride + row * stride
+    return flat[start:start + dim] if start + dim <= flat.size else None
+
+
 def fake_run(inst, p, buffers: Mapping[str, Any], faults: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, np.ndarray]:
     faults = dict(faults or {})
     unknown = set(faults) - set(FAKE_FAULTS)
@@ -136,21 +153,20 @@ def fake_run(inst, p, buffers: Mapping[str, Any], faults: Mapping[str, Mapping[s
             qh = Q[e, h, q0:q0 + sq].astype(np.float32)
             kh = K[e, g]
             vh = V[e, g]
-            if nkeys > sk:   # one row past the sequence: whatever memory holds there (zeros past the buffer)
-                kx = np.zeros((1, p.head_dim), np.float32)
-                vx = np.zeros((1, p.head_dim_v), np.float32)
-                if k0 + sk < kh.shape[0]:
-                    kx, vx = kh[k0 + sk:k0 + sk + 1], vh[k0 + sk:k0 + sk + 1]
-                kh = np.concatenate([kh[k0:k0 + sk], kx])
-                vh = np.concatenate([vh[k0:k0 + sk], vx])
+            kx = _row_after(k_flat, p, p.head_dim, rows_k, e, g, k0 + sk) if nkeys > sk else None
+            vx = _row_after(v_flat, p, p.head_dim_v, rows_k, e, g, k0 + sk) if nkeys > sk else None
+            if kx is not None and vx is not None:
+                kh = np.concatenate([kh[k0:k0 + sk], kx[None]])
+                vh = np.concatenate([vh[k0:k0 + sk], vx[None]])
             else:
                 kh, vh = kh[k0:k0 + sk], vh[k0:k0 + sk]
+            nk = kh.shape[0]
             m = np.full(sq, -np.inf, np.float32)
             lsum = np.zeros(sq, np.float32)
             acc = np.zeros((sq, p.head_dim_v), np.float32)
             rows = np.arange(sq)[:, None]
-            for start in range(0, nkeys, tile):
-                cols = np.arange(start, min(start + tile, nkeys))[None, :]
+            for start in range(0, nk, tile):
+                cols = np.arange(start, min(start + tile, nk))[None, :]
                 s = (qh @ kh[start:start + tile].T).astype(np.float32) * np.float32(scale)
                 ok = np.ones(s.shape, bool)
                 if causal != "none" and "no_mask" not in faults:

@@ -1,7 +1,16 @@
 """The fake backend's convolution: computes a conv instance's output from the storage buffers without a GPU,
 written independently of reference.py (no shared arithmetic or layout code: this one builds an explicit im2col
 matrix by index arithmetic per output element and multiplies matrices, the reference slides windows), so a bug in
-one cannot cancel in the other. Planted faults (FAKE_FAULTS) imitate kernel bugs verification must catch."""
+one cannot cancel in the other. Planted faults (FAKE_FAULTS) imitate kernel bugs verification must catch:
+
+  conv_wrong_padding        no bounds check on the halo: a tap in the padding reads (fprop, wgrad) or, for
+                            dgrad, adds into the memory at its flat NDHW offset (the neighbouring row, column
+                            or image; zero before or past the buffer) instead of being zero / dropped
+  conv_swapped_filter_axes  the filter read (wgrad: written) with R and S exchanged; a square filter only
+  conv_stride_ignored       the window stepped by 1 instead of the stride
+  conv_row_short            the last output row (wgrad: the last filter) never written
+
+check.py says where each one shows in the output (its signature)."""
 
 from __future__ import annotations
 
@@ -13,12 +22,20 @@ FAKE_FAULTS = ("conv_wrong_padding", "conv_swapped_filter_axes", "conv_stride_ig
 
 
 def _geometry(p: Any, faults: Mapping[str, Any]) -> dict[str, Any]:
-    g = {"pf": list(p.pad_front), "st": list(p.stride), "dl": list(p.dilation)}
-    if "conv_wrong_padding" in faults:          # off by one: the window starts one row/column late
-        g["pf"] = [g["pf"][0], g["pf"][1] - 1, g["pf"][2] - 1]
+    g = {"pf": list(p.pad_front), "st": list(p.stride), "dl": list(p.dilation),
+         "halo_from_memory": "conv_wrong_padding" in faults}
     if "conv_stride_ignored" in faults:
         g["st"] = [1, 1, 1]
     return g
+
+
+def _halo_alias(n_i, di, hi, wi, shape: tuple[int, ...], taps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(which taps, flat NDHW offset) of the padding taps whose flat offset lands inside the buffer: the memory
+    a kernel without the halo's bounds check touches."""
+    N, D, H, W = shape[:4]
+    flat = ((n_i * D + di) * H + hi) * W + wi
+    hit = ~taps & (flat >= 0) & (flat < N * D * H * W)
+    return hit, flat[hit]
 
 
 def _im2col(x5: np.ndarray, p: Any, g: dict[str, Any], outs: tuple[int, int, int]) -> np.ndarray:
@@ -39,23 +56,39 @@ def _im2col(x5: np.ndarray, p: Any, g: dict[str, Any], outs: tuple[int, int, int
                 ok = (di >= 0) & (di < D) & (hi >= 0) & (hi < H) & (wi >= 0) & (wi < W)
                 vals = np.zeros((rows, C))
                 vals[ok] = x5[n_i[ok], di[ok], hi[ok], wi[ok], :]
+                if g["halo_from_memory"]:
+                    hit, flat = _halo_alias(n_i, di, hi, wi, x5.shape, ok)
+                    vals[hit] = x5.reshape(-1, C)[flat]
                 cols[:, col:col + C] = vals
                 col += C
     return cols
+
+
+def _swapped_filter(faults: Mapping[str, Any], w_shape: tuple[int, ...]) -> bool:
+    if "conv_swapped_filter_axes" not in faults:
+        return False
+    if w_shape[2] != w_shape[3]:
+        from emitter.runtime.fake_backend import FakeFaultError
+
+        raise FakeFaultError(f"conv_swapped_filter_axes needs a square filter (R = S), this problem's is "
+                             f"R={w_shape[2]} S={w_shape[3]}: exchanging them would not fit the filter; plant it on "
+                             f"a problem with R = S (its `problem` glob)")
+    return True
 
 
 def fake_conv(op: str, p: Any, x: np.ndarray, w: np.ndarray, y: np.ndarray, faults: Mapping[str, Any] = {}) -> np.ndarray:
     """float64 raw convolution of op on 5-D arrays, with planted faults."""
     g = _geometry(p, faults)
     outs = p.output_extents()
-    wf = w.transpose(0, 1, 3, 2, 4) if ("conv_swapped_filter_axes" in faults and w.shape[2] == w.shape[3]) else w
+    swapped = _swapped_filter(faults, (p.k, p.t, p.r, p.s, p.c))
+    wf = w.transpose(0, 1, 3, 2, 4) if (swapped and op != "wgrad") else w
     wmat = wf.reshape(wf.shape[0], -1)                                   # K x (T R S C)
     if op == "fprop":
         out = (_im2col(x, p, g, outs) @ wmat.T).reshape(p.shape("y"))
     elif op == "wgrad":
         ymat = y.reshape(-1, y.shape[-1])                                 # (N Z P Q) x K
         out = (ymat.T @ _im2col(x, p, g, outs)).reshape(p.shape("w"))
-        if "conv_swapped_filter_axes" in faults and out.shape[2] == out.shape[3]:
+        if swapped:
             out = out.transpose(0, 1, 3, 2, 4).copy()        # the gradient written with R and S exchanged
     else:
         # dgrad is the adjoint of fprop's im2col: scatter dy @ w back through the same index map
@@ -75,6 +108,9 @@ def fake_conv(op: str, p: Any, x: np.ndarray, w: np.ndarray, y: np.ndarray, faul
                     wi = q_i * g["st"][2] - g["pf"][2] + ss * g["dl"][2]
                     ok = (di >= 0) & (di < D) & (hi >= 0) & (hi < H) & (wi >= 0) & (wi < W)
                     np.add.at(out, (n_i[ok], di[ok], hi[ok], wi[ok]), colgrad[ok, col:col + C])
+                    if g["halo_from_memory"]:
+                        hit, flat = _halo_alias(n_i, di, hi, wi, out.shape, ok)
+                        np.add.at(out.reshape(-1, C), flat, colgrad[hit, col:col + C])
                     col += C
     return out
 

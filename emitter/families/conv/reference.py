@@ -118,7 +118,12 @@ def tolerance(dtype: str, reduction: int) -> float:
 
 
 def compare(got: np.ndarray, want: np.ndarray, poisoned: np.ndarray, tol: float) -> dict[str, Any]:
-    """Verdict for decoded output `got` against `want`; `poisoned` marks elements still holding the poison."""
+    """Verdict for decoded output `got` against `want`; `poisoned` marks elements still holding the poison.
+    It fails on unwritten elements, on NaN/Inf, on the relative Frobenius error and on single elements off by
+    more than check.element_mismatches allows (a fault confined to a few rows barely moves the norm), and
+    says where the wrong and the unwritten elements are (check.locate)."""
+    from emitter.families.conv.check import element_mismatches, locate
+
     unwritten = int(poisoned.sum())
     nonfinite = int((~np.isfinite(got) & ~poisoned).sum())
     with np.errstate(invalid="ignore"):
@@ -133,14 +138,22 @@ def compare(got: np.ndarray, want: np.ndarray, poisoned: np.ndarray, tol: float)
         "worst": {"index": [int(i) for i in worst_idx], "got": float(got[worst_idx]) if got.size else None,
                   "want": float(want[worst_idx]) if got.size else None},
     }
+    bad = element_mismatches(got, want, ~poisoned, tol) if got.ndim == 5 else np.zeros(got.shape, bool)
+    out["mismatches"] = int(bad.sum())
+    if got.ndim == 5:
+        out.update(locate(bad, poisoned))
+    where = f"(worst at {out['worst']['index']}: got {out['worst']['got']}, want {out['worst']['want']})"
     if unwritten:
         out.update(status="FAILED", reason=f"{unwritten} output elements never written (still the poison)")
     elif nonfinite:
         out.update(status="FAILED", reason=f"{nonfinite} output elements are NaN/Inf")
     elif rel > tol or (tol == 0.0 and out["max_abs_err"] != 0.0):
-        out.update(status="FAILED", reason=f"relative error {rel:.3g} above tolerance {tol:.3g} "
-                                           f"(worst at {out['worst']['index']}: got {out['worst']['got']}, "
-                                           f"want {out['worst']['want']})")
+        out.update(status="FAILED", reason=f"relative error {rel:.3g} above tolerance {tol:.3g} {where}")
+    elif out["mismatches"]:
+        out.update(status="FAILED", reason=f"{out['mismatches']} elements off by more than tol x (|want| + 8 rms) "
+                                           f"although the relative error {rel:.3g} is within {tol:.3g} {where}")
     else:
         out.update(status="PASSED", reason="")
+    if out["status"] == "FAILED" and out["mismatches"] and "relative error" in out["reason"]:
+        out["reason"] += f"; {out['mismatches']} elements off"
     return out
