@@ -29,6 +29,9 @@ PLANTS = [
     # one key too many for every sequence but the last (whose next row would be past the buffer)
     ("key_tail_off_by_one", "attn_sm80_f16_d64_64x64_multistage_s4_nomask_bshd_lse_gqa",
      [("  p.num_keys = w.seq_k;\n", "  p.num_keys = w.seq_k + (int32_t(blockIdx.z) + 1 < int32_t(gridDim.z) ? 1 : 0);\n")]),
+    # the same on the instance without LSE: only O can show it
+    ("key_tail_off_by_one_nolse", "attn_sm80_f16_d64_64x64_multistage_s4_nomask_bhsd",
+     [("  p.num_keys = w.seq_k;\n", "  p.num_keys = w.seq_k + (int32_t(blockIdx.z) + 1 < int32_t(gridDim.z) ? 1 : 0);\n")]),
     ("wrong_kv_head", "attn_sm80_f16_d64_64x64_multistage_s4_nomask_bshd_lse_gqa",
      [("  w.kv_head = w.head / P.group;", "  w.kv_head = w.head % (P.heads_q / P.group);")]),
 ]
@@ -167,9 +170,22 @@ def test_planted_key_tail_off_by_one(suite):
     prob = dict(batch=2, heads_q=8, heads_kv=2, seq_q=70, seq_k=65, head_dim=64)
     assert _base(suite, "key_tail_off_by_one", **prob)["status"] == "PASSED"
     v = _run(suite, "key_tail_off_by_one", **prob)
-    # the first sequence sees one key past its end: its LSE rises in every row; the last sequence is untouched
+    # the first sequence sees one key past its end (the second sequence's first row): every row of every head
+    # is off, its LSE rises; the last sequence is untouched
     assert v["status"] == "FAILED" and v["failed_batches"] == [0], v
-    assert v["lse_high_rows"] > 0 and v["lse_low_rows"] == 0
+    assert v["failed_heads"] == list(range(8)) and v["failed_rows"] == 70 and v["failed_masked_rows"] == 0, v
+    assert v["lse_high_rows"] > 8 * 70 // 2 and v["lse_low_rows"] == 0, v     # an extra key only adds mass
+
+
+def test_planted_key_tail_off_by_one_without_lse(suite):
+    """An instance with `lse: false`: the extra key (batch 0, head h reads head h+1's first row in BHSD) shows
+    in O alone, in every row of the first sequence."""
+    prob = dict(batch=2, heads_q=8, heads_kv=8, seq_q=70, seq_k=65, head_dim=64, layout="bhsd")
+    assert _base(suite, "key_tail_off_by_one_nolse", **prob)["status"] == "PASSED"
+    v = _run(suite, "key_tail_off_by_one_nolse", **prob)
+    assert v["status"] == "FAILED" and v["failed_batches"] == [0] and not v["lse_failed"], v
+    assert v["failed_heads"] == list(range(8)) and v["failed_rows"] == 70, v
+    assert v["reason"].startswith("O: ") and v["unwritten"] == 0, v["reason"]
 
 
 def test_planted_wrong_kv_head(suite):
