@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -97,3 +98,17 @@ def fake_devices(mod: Any, tensor_type: type) -> Callable[[int], Any]:
 
     mod._get_device = lambda: current[0]
     return device
+
+
+def nvcc_path() -> str | None:
+    """nvcc the way `emitter build` finds it ($EMITTER_NVCC, PATH, $CUDA_HOME, /usr/local/cuda), or None."""
+    from emitter.build.nvcc import NvccNotFound, find_nvcc
+
+    try:
+        return find_nvcc()
+    except NvccNotFound:
+        return None
+
+
+# On CI (CI=true) a missing nvcc fails the nvcc tests instead of skipping them: CI must compile real instances.
+NVCC_REQUIRED = os.environ.get("CI", "").lower() in ("1", "true", "yes")

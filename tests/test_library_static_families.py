@@ -34,9 +34,11 @@ SPEC = GEMM_SPEC.split("  - arch: sm90a")[0] + """\
     lse: true
     gqa: true
 """
+from tests._helpers import nvcc_path  # noqa: E402
+
 CONV = ROOT / "configs/conv/sm80_resnet50.yaml"
 
-needs_tools = pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("nvcc") is None or
+needs_tools = pytest.mark.skipif(shutil.which("cmake") is None or nvcc_path() is None or
                                  shutil.which("nm") is None or shutil.which("g++") is None,
                                  reason="needs cmake, nvcc, nm and g++")
 

@@ -471,7 +471,9 @@ def _cutlass_include() -> Path:
 
 
 def _nvcc(args: list[str], cwd: Path) -> None:
-    cmd = ["nvcc", *args]
+    from tests._helpers import nvcc_path
+
+    cmd = [nvcc_path() or "nvcc", *args]
     if shutil.which("flock"):
         cmd = ["flock", "/tmp/nvcc.lock", *cmd]     # one nvcc at a time on shared machines
     res = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=900)

@@ -599,7 +599,9 @@ NVCC_FLAGS = ["-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr", "-gen
 
 def nvcc(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     """One nvcc at a time on shared machines: serialize through /tmp/nvcc.lock when flock exists."""
-    cmd = ["nvcc", *NVCC_FLAGS, *_cutlass_includes(), *args]
+    from tests._helpers import nvcc_path
+
+    cmd = [nvcc_path() or "nvcc", *NVCC_FLAGS, *_cutlass_includes(), *args]
     if shutil.which("flock"):
         cmd = ["flock", os.environ.get("EMITTER_NVCC_LOCK", "/tmp/nvcc.lock"), *cmd]
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=1800)
