@@ -32,11 +32,30 @@ def template_dir(arch: Arch) -> str:
 
 
 # ---- the emit-side family hooks (emitter.families.base) ----
-from emitter.families.attention.naming import instance_name  # noqa: E402
+from emitter.families.attention import backward_model as _bwd  # noqa: E402
+from emitter.families.attention.naming import instance_name as _forward_name  # noqa: E402
 from emitter.families.attention.spec import expand_entry  # noqa: E402
+
+_BACKWARD_MODULE = {Arch.sm80: "backward_sm80"}   # op: backward, by arch (emitter/families/attention/backward_*.py)
+
+
+def instance_name(inst) -> str:
+    return _bwd.instance_name(inst) if _bwd.is_backward(inst) else _forward_name(inst)
+
+
+def _backward_module(arch: Arch) -> ModuleType | None:
+    name = _BACKWARD_MODULE.get(arch)
+    return importlib.import_module(f"emitter.families.attention.{name}") if name else None
 
 
 def resolve(cand: AttentionInstance):  # -> AttentionInstance | Rejection
+    if _bwd.is_backward(cand):
+        mod = _backward_module(cand.arch)
+        if mod is None:
+            return Rejection(cand, "backward-arch-not-available",
+                             f"the attention backward for {cand.arch} is not available in this emitter yet: use arch "
+                             f"{', '.join(a.yaml for a in _BACKWARD_MODULE)} (its kernel also runs on newer GPUs)")
+        return mod.resolve(cand)
     mod = arch_module(cand.arch)
     if mod is None or not hasattr(mod, "resolve"):
         return Rejection(cand, "arch-not-available",
@@ -47,6 +66,8 @@ def resolve(cand: AttentionInstance):  # -> AttentionInstance | Rejection
 
 def render_instance(inst: AttentionInstance, name: str, banner: str) -> str:
     from emitter.render import render_template
+    if _bwd.is_backward(inst):
+        return _backward_module(inst.arch).render(inst, name, banner)
     mod = arch_module(inst.arch)
     if mod is None:
         raise ValueError(f"no attention module for {inst.arch}")

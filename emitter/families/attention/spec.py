@@ -186,6 +186,10 @@ def expand_entry(doc: Document, path: KeyPath, entry: Any,
         raise doc.error((key_paths or {}).get("family", path + ("family",)),
                         f"an attention spec entry must say `family: attention`, got {family!r}", value=family,
                         allowed=["attention"])
+    if "op" in entry:   # forward / backward axis: emitter/families/attention/backward_spec.py
+        from emitter.families.attention.backward_spec import expand_op_entry
+        yield from expand_op_entry(doc, path, entry, key_paths)
+        return
     for key in REQUIRED:
         if key not in entry:
             raise doc.error(path, f"missing required key '{key}'", allowed=list(REQUIRED),
