@@ -105,9 +105,9 @@ def main() -> int:
     from emitter.dtypes import DType
     from emitter.families.gemm.inputs import gemm_buffers
     from emitter.families.gemm.problem import GemmProblem
-    from emitter.runtime.hostdata import decode, encode
+    from emitter.kit.hostdata import decode, encode
     from emitter.runtime.options import SchedulerOptions
-    from emitter.runtime.backend import create_backend
+    from emitter.runtime import create_backend
 
     backend = create_backend(args.backend)
     manifest = json.loads((out / "gen" / "manifest.json").read_text())

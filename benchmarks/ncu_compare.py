@@ -7,7 +7,7 @@
 For each side it runs one process under `ncu` that launches the GEMM many times and profiles one launch past
 the warm-up, with the sections that say where the time goes (speed of light, memory workload, launch
 statistics, occupancy, warp states). The clocks are left alone (`--clock-control none`: the device's
-METHOD.md). cuBLAS runs through torch exactly as the profiler's baseline calls it (emitter/profile/baselines.py:
+METHOD.md). cuBLAS runs through torch exactly as the profiler's baseline calls it (emitter/families/gemm/baselines.py:
 `A @ B` on the op's layouts; fp8 through `torch._scaled_mm`); the emitted kernels run through `emitter profile
 --quick` on the run's own build (RUN/profile.yaml, written by benchmarks/profile_sm90a.py), so ncu sees the
 launch the profiler timed. Writes DIR/ncu_<side>.csv (ncu's details page) and DIR/ncu_compare.{md,json}, and

@@ -5,7 +5,7 @@
 
 The exported library runs the instance's host shim initialize() on every call, and for these kernels it zeroes the
 tile locks there, a memset on the stream before the launch (templates/gemm/sm90a/entry.cu.j2). The profiler times
-that by default (timing.workspace_reset: library, emitter/profile/workspace.py); `settled` times the kernel alone
+that by default (timing.workspace_reset: library, emitter/kit/workspace.py); `settled` times the kernel alone
 (emitter's stream-K scheduler leaves the locks zeroed: templates/common/sm90_stream_k.cu.j2).
 
 For each (kernel, problem, split count): the kernel launched as the profiler launches it in each mode (KernelLaunch

@@ -10,7 +10,7 @@ The Python API (emitter/api.py; every call returns the record the CLI prints):
     emitter.export_library("gen", name="mykernels", out="dist/mykernels")
 """
 
-__version__ = "0.1.0"
+from emitter.version import __version__
 
 _API = ("YamlText", "load_specs", "resolve_specs", "emit_specs", "build_instances", "verify_instances",
         "profile_instances", "export_library", "init_project")

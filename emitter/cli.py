@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from emitter import __version__
+from emitter.version import __version__
 from emitter.errors import EmitterError
 from emitter.selection import selection_options
 

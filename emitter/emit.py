@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from emitter import __version__
+from emitter.version import __version__
 from emitter.errors import SpecError
 from emitter.families.base import Rejection
 from emitter.families.registry import DEFAULT_FAMILY, FAMILIES, family_module

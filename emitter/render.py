@@ -8,7 +8,7 @@ from typing import Any
 
 import jinja2
 
-from emitter import __version__
+from emitter.version import __version__
 
 
 def templates_root() -> Path:

@@ -115,7 +115,7 @@ def test_random_accepted_instances_compile(tmp_path):
 def _refuses_a_plain_problem(build: Path, inst: dict) -> str | None:
     """Why the instance's host shim refuses m = n = k = 1024 (EMITTER_CANNOT_IMPLEMENT), or None."""
     from emitter.families.gemm.abi import EmitterGemmProblem
-    from emitter.runtime.shim import EMITTER_CANNOT_IMPLEMENT, HostShim
+    from emitter.kit.shim import EMITTER_CANNOT_IMPLEMENT, HostShim
 
     cfg = inst["config"]
     fake = 1 << 20                  # 1 MiB: aligned for every operand, never dereferenced by query()

@@ -80,8 +80,7 @@ def exported(tmp_path_factory):
 
 def attention_kernels(out: Path):
     from emitter.families.attention.library import kernel_records
-    from emitter.library.dispatch import DTYPES
-    from emitter.library.export import LibraryError
+    from emitter.kit.library import DTYPES, LibraryError
 
     entries = [e for e in json.loads((out.parent / "gen" / "manifest.json").read_text())["instances"]
                if e.get("family") == "attention"]
@@ -377,7 +376,7 @@ def test_c_api_passes_resolved_strides_and_pointers(api):
 
 def test_c_api_dispatch_order_matches_python(api):
     from emitter.families.attention.library import candidates
-    from emitter.library.dispatch import DTYPES
+    from emitter.kit.library import DTYPES
 
     rnd = random.Random(27)
     cases = []

@@ -66,7 +66,8 @@ def attention_manifest(tmp_path_factory):
 
 
 def test_attention_has_every_profile_hook():
-    from emitter.families.base import PROFILE_HOOKS, VERIFY_HOOKS, runtime_family
+    from emitter.families.base import PROFILE_HOOKS, VERIFY_HOOKS
+    from emitter.families.registry import runtime_family
     from emitter.profile.runner import _profilable
 
     mod = runtime_family("attention", need=VERIFY_HOOKS + PROFILE_HOOKS)
@@ -194,7 +195,7 @@ def test_profile_check_catches_unwritten_wrong_and_passes_right(attention_manife
     (its own arithmetic) passes; a poisoned element, a wrong scale and a missing mask fail for their reason."""
     from emitter.families.attention import profile as prof
     from emitter.families.attention.fake import fake_run
-    from emitter.runtime.hostdata import encode, poison_value
+    from emitter.kit.hostdata import encode, poison_value
 
     entries = json.loads((attention_manifest / "manifest.json").read_text())["instances"]
     mask = "causal_top_left" if causal else "none"
@@ -272,7 +273,7 @@ def test_kernel_launch_fills_one_params_block_per_set_and_refuses_what_it_cannot
 
     from emitter.families.attention import profile as prof
     from emitter.runtime.backend import CannotImplement
-    from emitter.runtime.shim import EMITTER_CANNOT_IMPLEMENT, EMITTER_OK
+    from emitter.kit.shim import EMITTER_CANNOT_IMPLEMENT, EMITTER_OK
 
     entries = json.loads((attention_manifest / "manifest.json").read_text())["instances"]
     by_gqa = {e["config"]["gqa"]: e for e in entries if e["config"]["mask"] == "causal_top_left"

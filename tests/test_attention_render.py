@@ -113,7 +113,7 @@ def test_sm80_instance_compiles_and_its_shim_answers(tmp_path):
     from emitter.emit import emit
     from emitter.families.attention import runtime
     from emitter.families.attention.problem import make_problem
-    from emitter.runtime.shim import EMITTER_CANNOT_IMPLEMENT, EMITTER_INVALID_ARGUMENT, EMITTER_OK
+    from emitter.kit.shim import EMITTER_CANNOT_IMPLEMENT, EMITTER_INVALID_ARGUMENT, EMITTER_OK
 
     spec = tmp_path / "a.yaml"
     spec.write_text("kernels:\n  - " + "\n    ".join(SPEC.strip().splitlines()) + "\n")

@@ -91,7 +91,7 @@ def _run_and_check(cfg, kern, *, b=2, sq=256, sk=256, hq=4, hkv=None, scale=0.0,
         import ctypes
         status, params, launch = kern.shim.initialize(p, None, torch.cuda.current_stream().cuda_stream, 1 << 16)
         assert status == 0, kern.reason()
-        from emitter.runtime.launcher import PackedParams
+        from emitter.kit.launcher import PackedParams
         kern.kernel.launch(tuple(launch.grid), tuple(launch.block), launch.shared_bytes,
                            torch.cuda.current_stream().cuda_stream, PackedParams(params))
     else:

@@ -310,7 +310,7 @@ kernels:
 @pytest.mark.nvcc
 def test_sm90a_gemm_1x1_fprop_builds_and_refuses_non_gemm_problems(tmp_path):
     from emitter.families.conv.abi import ConvShim, c_problem_from
-    from emitter.runtime.shim import EMITTER_CANNOT_IMPLEMENT, EMITTER_CUDA_ERROR, EMITTER_OK
+    from emitter.kit.shim import EMITTER_CANNOT_IMPLEMENT, EMITTER_CUDA_ERROR, EMITTER_OK
 
     (tmp_path / "spec.yaml").write_text(NVCC_SPEC)
     out = tmp_path / "gen"

@@ -116,7 +116,7 @@ def test_non_gemm_problems_are_refused_cleanly(kernels):
     from emitter.families.conv.abi import c_problem_from
     from emitter.families.conv.problem import ConvProblem, not_supported_reasons
     from emitter.families.conv.runner import run_case
-    from emitter.runtime.shim import EMITTER_CANNOT_IMPLEMENT, EMITTER_OK
+    from emitter.kit.shim import EMITTER_CANNOT_IMPLEMENT, EMITTER_OK
 
     ptrs = {"x": 1 << 20, "w": 1 << 21, "y": 1 << 22, "bias": 1 << 23}
     for name, kern in kernels.items():

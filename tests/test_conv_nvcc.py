@@ -10,7 +10,7 @@ import pytest
 
 from emitter.families.conv.abi import ConvShim, c_problem_from
 from emitter.families.conv.problem import ConvProblem
-from emitter.runtime.shim import EMITTER_CANNOT_IMPLEMENT, EMITTER_CUDA_ERROR, EMITTER_OK
+from emitter.kit.shim import EMITTER_CANNOT_IMPLEMENT, EMITTER_CUDA_ERROR, EMITTER_OK
 
 SPEC = """
 kernels:

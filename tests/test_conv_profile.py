@@ -47,7 +47,8 @@ def _layer(c, hw, k, rs, pad):
 
 
 def test_conv_has_every_profile_hook():
-    from emitter.families.base import PROFILE_HOOKS, VERIFY_HOOKS, runtime_family
+    from emitter.families.base import PROFILE_HOOKS, VERIFY_HOOKS
+    from emitter.families.registry import runtime_family
     from emitter.profile.runner import _profilable
 
     mod = runtime_family("conv", need=VERIFY_HOOKS + PROFILE_HOOKS)

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from emitter.errors import SpecError
-from emitter.families.base import runtime_family
 from emitter.families.conv import fake, reference
+from emitter.families.registry import runtime_family
 from emitter.families.conv.abi import EmitterConvProblem
 from emitter.families.conv.config import ConvConfig
 from emitter.families.conv.flops import conv_flops

@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 from emitter.families.conv import runtime as hooks  # noqa: E402
 from emitter.families.conv.config import ConvConfig  # noqa: E402
 from emitter.families.conv.runner import PLANTED, _wgrad_swapped, expected_reason, planted_problem, run_case  # noqa: E402
-from emitter.runtime import hostdata  # noqa: E402
+from emitter.kit import hostdata  # noqa: E402
 
 
 class StandIn:

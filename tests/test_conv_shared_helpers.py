@@ -1,7 +1,7 @@
 """The conv family on the shared spec and launch helpers (emitter/spec/points.py, values.py, runtime/prepare.py).
 
 Conv's spec parser sweeps, excludes and reports unknown keys through emitter.spec.points as the GEMM and attention
-parsers do, and ConvLaunch prepares its launches through emitter.runtime.prepare. The messages are conv's own
+parsers do, and ConvLaunch prepares its launches through emitter.kit.prepare. The messages are conv's own
 ("a conv spec", the conv example, "<kernel>: can_implement is false for <problem>"); the two edge cases the shared
 helpers add are pinned here: the running number of exclude points is capped like a sweep, and so is the matching
 work (combinations x exclude points)."""
@@ -124,7 +124,7 @@ class _Shim:
         self.workspace, self.capacities = workspace, []
 
     def _launch(self, params_bytes: int):
-        from emitter.runtime.shim import EmitterLaunch
+        from emitter.kit.shim import EmitterLaunch
 
         out = EmitterLaunch()
         out.grid[:] = list(self.grid)
@@ -137,7 +137,7 @@ class _Shim:
         return self.query_status, self._launch(0)
 
     def initialize(self, prob, ws, stream, capacity):
-        from emitter.runtime.shim import EMITTER_BUFFER_TOO_SMALL
+        from emitter.kit.shim import EMITTER_BUFFER_TOO_SMALL
 
         self.capacities.append(capacity)
         if self.init_status:
@@ -203,7 +203,7 @@ def test_conv_launch_asks_again_with_the_params_size_the_shim_needs(monkeypatch,
 
 def test_conv_launch_refusals_keep_their_messages(monkeypatch, conv_entry):
     from emitter.runtime.backend import CannotImplement, LaunchFailed
-    from emitter.runtime.shim import EMITTER_CANNOT_IMPLEMENT
+    from emitter.kit.shim import EMITTER_CANNOT_IMPLEMENT
 
     key = "n8_h28_w28_c64_k64_r3s3_pad0x1x1_0x1x1_str1x1x1_dil1x1x1"
     with pytest.raises(CannotImplement) as e:

@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from emitter.families.base import (
-    PROFILE_HOOKS, RUNTIME_DATA, VERIFY_HOOKS, FamilyNotRunnable, Footprint, runtime_family,
-)
+from emitter.families.base import PROFILE_HOOKS, RUNTIME_DATA, VERIFY_HOOKS, FamilyNotRunnable, Footprint
 from emitter.families.gemm.problem import GemmProblem
+from emitter.families.registry import runtime_family
 from emitter.verify.problems import VerifyProblem
 from emitter.verify.runner import ProblemTooLarge, VerifyOptions, verify
 
@@ -106,7 +105,7 @@ def test_gemm_fake_shares_no_code_with_the_reference_side():
     mods = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     for shared in ("emitter.families.gemm.reference", "emitter.families.gemm.inputs", "emitter.families.gemm.layout"):
         assert shared not in mods, shared
-    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "emitter.runtime.hostdata"
+    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "emitter.kit.hostdata"
              for a in n.names}
     assert not names & {"encode", "decode", "quantize"}, names      # its own codecs too
 
@@ -215,12 +214,12 @@ def test_a_case_larger_than_the_device_is_skipped_with_bytes_needed_and_free(tmp
 
 def test_profile_refuses_operands_that_cannot_fit_the_device(monkeypatch):
     import emitter.families.gemm.workload as wl
-    import emitter.profile.timing as timing
+    import emitter.kit.arena as arena
     from emitter.profile.config import Problem
     from emitter.profile.records import Op
     from emitter.profile.worker import GpuEngine, ProblemTooLarge as ProfileTooLarge
 
-    monkeypatch.setattr(timing, "free_memory", lambda: 1 << 30)
+    monkeypatch.setattr(arena, "free_memory", lambda: 1 << 30)
     monkeypatch.setattr(wl.ProblemData, "allocate", classmethod(lambda *a, **k: pytest.fail("allocated")))
     eng = GpuEngine.__new__(GpuEngine)
     eng.config = type("C", (), {"alpha": 1.0, "beta": 0.0, "timing": None})()

@@ -1,4 +1,4 @@
-"""The by-value launch path (emitter/runtime/launcher.py) without a GPU: Params packing and the entry
+"""The by-value launch path (emitter/kit/launcher.py) without a GPU: Params packing and the entry
 signatures the launcher relies on."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from emitter.runtime.launcher import PackedParams
+from emitter.kit.launcher import PackedParams
 
 ROOT = Path(__file__).resolve().parent.parent
 

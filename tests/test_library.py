@@ -17,8 +17,9 @@ import pytest
 from click.testing import CliRunner
 
 from emitter.cli import main as cli
+from emitter.kit.library import ACTIVATIONS, DTYPES
 from emitter.library import abi
-from emitter.library.dispatch import (ACTIVATIONS, DTYPES, LAYOUTS, Candidate, KernelRecord, Op, Query, TuningRecord,
+from emitter.library.dispatch import (LAYOUTS, Candidate, KernelRecord, Op, Query, TuningRecord,
                                       candidate_order, dispatch_order, effective_options, effective_split_k, forced,
                                       kernel_records,
                                       log2_fixed, select, transpose, tuning_records)

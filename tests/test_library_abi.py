@@ -121,8 +121,8 @@ def test_family_library_pieces_plug(tmp_path, monkeypatch):
 
     from emitter.emit import emit
     from emitter.families import registry
-    from emitter.library.export import LibraryError, export_library
-    from emitter.library.pieces import LibraryPieces
+    from emitter.kit.library import LibraryError, LibraryPieces
+    from emitter.library.export import export_library
 
     spec = tmp_path / "tiny.yaml"
     spec.write_text(SPEC)

@@ -800,7 +800,7 @@ class _HostArena:
 def test_sampled_host_check_passes_right_and_catches_wrong(layout_a, layout_b, beta):
     from emitter.families.gemm.profile_check import check_host
     from emitter.families.gemm.workload import OperandSet, ProblemData, gemm_problem, layouts, op_config
-    from emitter.runtime.hostdata import decode, encode, poison_value
+    from emitter.kit.hostdata import decode, encode, poison_value
 
     op = Op("bf16", "bf16", "bf16", "bf16", layout_a, layout_b, "row")
     p = Problem(96, 300, 64)
@@ -923,7 +923,7 @@ def test_gpu_engine_kernel_flow_without_a_gpu(monkeypatch):
     eng = GpuEngine.__new__(GpuEngine)
     eng.config, eng.timer, eng.stream, eng.use_torch = cfg_text(BASE), Timer(), Stream(), True
     eng.extra = lambda data: {"rotation_sets": 2}
-    from emitter.families.base import runtime_family
+    from emitter.families.registry import runtime_family
     kernel = type("K", (), {"config": None, "name": "k", "hooks": runtime_family("gemm")})()
     data = type("D", (), {"sets": [0, 1]})()
     m = eng.kernel(kernel, data, Measurement("kernel", "k", "emitter", OP, P))
@@ -1028,7 +1028,7 @@ def test_gpu_engine_head_to_head_without_a_gpu(monkeypatch):
     eng = GpuEngine.__new__(GpuEngine)
     eng.config, eng.timer, eng.stream = cfg_text(BASE), Timer(), "S"
     data = type("D", (), {"sets": [0, 1, 2]})()
-    from emitter.families.base import runtime_family
+    from emitter.families.registry import runtime_family
     gemm_kernel = type("K", (), {"hooks": runtime_family("gemm")})()
     got = eng.head_to_head(gemm_kernel, data, Measurement("kernel", "k", "emitter", OP, P, split_k=3, options=5), "cublas")
     assert got == (stats, stats) and seen == {"launch": ("S", 3, 5), "cublas": "S", "interleave": (2, 3), "freed": True}

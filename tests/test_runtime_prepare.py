@@ -1,4 +1,4 @@
-"""emitter.runtime.prepare (the query / initialize steps the GEMM and attention profiler launches share) on a
+"""emitter.kit.prepare (the query / initialize steps the GEMM and attention profiler launches share) on a
 scripted host shim: the sizes query() returns, the Params capacity asked for (and the one retry when the shim says
 it needs more), refusals and errors with the family's messages, empty launches, and the shared memory allowed.
 No GPU."""
@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from emitter.runtime import prepare
+from emitter.kit import prepare
 from emitter.runtime.backend import CannotImplement, LaunchFailed
-from emitter.runtime.launcher import PackedParams
-from emitter.runtime.shim import (EMITTER_BUFFER_TOO_SMALL, EMITTER_CANNOT_IMPLEMENT, EMITTER_INTERNAL_ERROR,
+from emitter.kit.launcher import PackedParams
+from emitter.kit.shim import (EMITTER_BUFFER_TOO_SMALL, EMITTER_CANNOT_IMPLEMENT, EMITTER_INTERNAL_ERROR,
                                   EMITTER_OK, EmitterLaunch)
 
 

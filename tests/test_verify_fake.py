@@ -27,8 +27,8 @@ from emitter.families.gemm.inputs import int_plan, make_inputs
 from emitter.families.gemm.layout import MatrixLayout
 from emitter.families.gemm.problem import GemmProblem
 from emitter.families.gemm.reference import apply_activation, compare, reference_gemm, tolerance
-from emitter.runtime.hostdata import bits_of, decode, encode, poison_value, quantize
-from emitter.runtime.shim import EmitterLaunch
+from emitter.kit.hostdata import bits_of, decode, encode, poison_value, quantize
+from emitter.kit.shim import EmitterLaunch
 from emitter.verify.problems import (
     VerifyProblem, cannot_run_reason, default_problems, load_problem_file, problems_from_options,
 )
@@ -585,7 +585,7 @@ _MOCK_DRIVER = textwrap.dedent(r'''
         def synchronize(): pass
     LAUNCHES = []
     class DriverKernel:
-        """Stands in for emitter.runtime.launcher.DriverKernel: the "cubin" is the manifest entry as JSON."""
+        """Stands in for emitter.kit.launcher.DriverKernel: the "cubin" is the manifest entry as JSON."""
         def __init__(self, cubin, symbol):
             self.spec = json.loads(open(cubin).read())
             assert symbol == "emitter_" + self.spec["name"] + "_kernel", symbol
@@ -594,7 +594,7 @@ _MOCK_DRIVER = textwrap.dedent(r'''
         def launch(self, grid, block, shared, stream, packed):
             from emitter.families.gemm.abi import EmitterGemmProblem
             from emitter.families.gemm.layout import MatrixLayout
-            from emitter.runtime.hostdata import decode, encode
+            from emitter.kit.hostdata import decode, encode
             from emitter.families.gemm.config import GemmConfig
             assert shared <= self.max_dynamic_shared, "dynamic shared memory limit not raised"
             # by value: the Params bytes travel in the launch itself (the mock shim's Params = the problem)
@@ -602,7 +602,7 @@ _MOCK_DRIVER = textwrap.dedent(r'''
             assert ctypes.cast(packed.array, ctypes.POINTER(ctypes.c_void_p))[0] % 64 == 0, "Params not 64-byte aligned"
             cfg = GemmConfig.from_entry(self.spec)
             def view(ptr, lay, dt):
-                from emitter.runtime.hostdata import storage_dtype
+                from emitter.kit.hostdata import storage_dtype
                 n = lay.elements(); sd = storage_dtype(dt)
                 return np.frombuffer((ctypes.c_char * (n * sd.itemsize)).from_address(ptr), dtype=sd)
             la = MatrixLayout(p.m, p.k, cfg.row_major_a, p.lda, p.batch_count, p.batch_stride_A)

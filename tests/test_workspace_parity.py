@@ -122,7 +122,7 @@ class _Shim:
         self.dev, self.workspace_bytes = dev, workspace_bytes
 
     def _launch(self):
-        from emitter.runtime.shim import EmitterLaunch
+        from emitter.kit.shim import EmitterLaunch
 
         out = EmitterLaunch()
         out.grid[:] = [4, 1, 1]
@@ -244,12 +244,12 @@ def test_a_bad_mode_is_refused_before_anything_is_allocated(monkeypatch, streamk
 def test_conv_launch_resets_its_semaphores_before_each_launch_in_library_mode(monkeypatch):
     """ConvLaunch: the sm80 serial split-K shim memsets its semaphores in initialize(), on every library call."""
     from emitter.families.conv import profile as cp
-    from emitter.profile import workspace as wsr
+    from emitter.kit import workspace as wsr
 
     dev = _Device()
     cl = cp.ConvLaunch.__new__(cp.ConvLaunch)
     cl.drv, cl.stream, cl._handle, cl.fn = dev.module, _Stream(), 7, _Fn(dev, resets_locks=True)
-    from emitter.runtime.launcher import PackedParams
+    from emitter.kit.launcher import PackedParams
 
     cl.launches = [((1, 1, 1), (128, 1, 1), PackedParams((4096 * (j + 1)).to_bytes(8, "little")), 0) for j in range(2)]
     cl.resets = [(4096 + 16, 32), (8192 + 16, 32)]
@@ -272,7 +272,7 @@ def test_conv_launch_resets_its_semaphores_before_each_launch_in_library_mode(mo
 def test_the_worker_passes_the_mode_to_the_launch_and_records_it(monkeypatch):
     import emitter.families.gemm.profile_check as chk
     import emitter.families.gemm.workload as wl
-    from emitter.families.base import runtime_family
+    from emitter.families.registry import runtime_family
     from emitter.profile.config import Problem
     from emitter.profile.records import Measurement, Op
     from emitter.profile.stats import TimingStats

@@ -23,8 +23,8 @@ __all__ = ["probe_shared_bytes", "probe_in_child"]
 
 
 def _probe_one(root: Path, entry: Mapping[str, Any], record: Mapping[str, Any]) -> tuple[int | None, str | None]:
-    from emitter.families.base import runtime_family
-    from emitter.runtime.shim import HostShim
+    from emitter.families.registry import runtime_family
+    from emitter.kit.shim import HostShim
 
     fam = runtime_family(str(entry.get("family", "gemm")), need=("config_from_entry", "default_problems",
                                                                  "resolve_problem", "c_problem"))

@@ -19,16 +19,14 @@ manifest's `config`).
 
 Run-time hooks (verify, profile, the runtime backends) live in a second module of the package,
 `emitter.families.<name>.runtime`, so emitting never imports numpy/ctypes machinery; `RuntimeFamily` below
-lists them (signatures and meaning), `runtime_family(name)` loads and checks one, and docs/architecture.md
-"What a family provides" repeats the list.
+lists them (signatures and meaning), `emitter.families.registry.runtime_family(name)` loads and checks one, and
+docs/architecture.md "What a family provides" repeats the list.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
-from types import ModuleType
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol
 
 
 @dataclass(frozen=True)
@@ -57,7 +55,7 @@ EMIT_HOOKS = ("expand_entry", "resolve", "instance_name", "render_instance")
 #            JSON round trip through problem_to_dict / problem_from_dict (worker pipes, results, replays).
 #   data     an input kind the family draws (GEMM: "int" = small integers checked bit for bit,
 #            "normal" = random normal checked with tolerance); DATA_KINDS lists them.
-#   storage  numpy arrays holding the bytes a device buffer holds (emitter.runtime.hostdata codecs).
+#   storage  numpy arrays holding the bytes a device buffer holds (emitter.kit.hostdata codecs).
 #   FAMILY   the config, problem and profile-op classes carry a class attribute FAMILY = "<name>", so a
 #            stage holding one of them finds its hooks (runtime_family(type(obj).FAMILY)).
 
@@ -171,7 +169,7 @@ class RuntimeFamily(Protocol):
         launch(i) runs the loaded kernel on operand set i; `.info` (grid, block, ...), `.free()`; run_options:
         split_k, options, workspace_reset ("library": any workspace the shim's initialize() zeroes is zeroed
         again on the stream before each launch, as the exported library pays it; "settled": not where a launch
-        leaves it zeroed; emitter/profile/workspace.py); `.resets` (optional): (pointer, bytes) or None per set
+        leaves it zeroed; emitter/kit/workspace.py); `.resets` (optional): (pointer, bytes) or None per set
     baseline(name, data, stream) -> BaselineLaunch     raises BaselineUnavailable
     profile_check(data, config, use_torch, **run_options) -> dict
         (the caller poisoned and launched on set 0) compare set 0's outputs with the reference: {"passed",
@@ -243,28 +241,3 @@ RUNTIME_DATA = ("NAME", "DATA_KINDS", "PROBLEM_KEYS", "FAKE_FAULTS", "BASELINES"
 
 class FamilyNotRunnable(Exception):
     """The family's runtime module is missing or lacks hooks (verify/profile cannot run its instances)."""
-
-
-def runtime_family(name: str, need: Sequence[str] = VERIFY_HOOKS) -> ModuleType:
-    """`emitter.families.<name>.runtime`, checked to provide `need` (and the data attributes).
-
-    Raises UnknownFamily (registry) for a name not registered, FamilyNotRunnable naming the missing hooks."""
-    from emitter.families.registry import FAMILIES, family_module
-
-    family_module(name)        # UnknownFamily for names not registered
-    try:
-        mod = importlib.import_module(FAMILIES[name] + ".runtime")
-    except ModuleNotFoundError as e:
-        if e.name and e.name.startswith(FAMILIES[name]):
-            raise FamilyNotRunnable(f"family {name!r} has no run-time hooks yet ({FAMILIES[name]}.runtime)") from None
-        raise
-    missing = [h for h in (*RUNTIME_DATA, *need) if not hasattr(mod, h)]
-    if missing:
-        raise FamilyNotRunnable(f"family {name!r} ({mod.__name__}) lacks run-time hooks: {', '.join(missing)}")
-    return mod
-
-
-def entry_family(entry: Mapping[str, Any]) -> str:
-    """The family a manifest entry names (entries written before families existed are GEMM)."""
-    fam = entry.get("family", "gemm") if isinstance(entry, Mapping) else "gemm"
-    return fam if isinstance(fam, str) else repr(fam)

@@ -53,19 +53,11 @@ import struct
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Sequence
 
-# ---- public enum codes (the C header's values; append only) -------------------------------------
-DTYPES = {"f16": 1, "bf16": 2, "f32": 3, "tf32": 4, "f64": 5, "s8": 6, "s32": 7, "e4m3": 8, "e5m2": 9}
-DTYPE_ANY = 0
-LAYOUTS = {"row": 1, "col": 2}
-ACTIVATIONS = {"identity": 0, "relu": 1, "gelu": 2, "silu": 3, "sigmoid": 4, "clamp": 5}
-BIASES = {"none": 0, "row": 1, "column": 2}
-DTYPE_BITS = {"f16": 16, "bf16": 16, "f32": 32, "tf32": 32, "f64": 64, "s8": 8, "s32": 32, "e4m3": 8, "e5m2": 8}
+from emitter.kit.library import ACTIVATIONS, ARCHES, DTYPE_ANY, DTYPE_BITS, DTYPES
 
-# arch name -> (compute capability, arch-specific (runs only on exactly that cc), CUTLASS major)
-ARCHES = {"sm75": (75, False, 2), "sm80": (80, False, 2), "sm86": (86, False, 2), "sm89": (89, False, 2),
-          "sm90a": (90, True, 3)}
-# default CMAKE_CUDA_ARCHITECTURES value per instance arch (2.x: SASS + PTX, so newer GPUs can JIT it)
-DEFAULT_CUDA_ARCHITECTURES = {"sm75": "75", "sm80": "80", "sm86": "86", "sm89": "89", "sm90a": "90a"}
+# ---- GEMM's enum codes (the C header's values; append only) -------------------------------------
+LAYOUTS = {"row": 1, "col": 2}
+BIASES = {"none": 0, "row": 1, "column": 2}
 
 LOG2_FRAC_BITS = 16
 

@@ -29,12 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from emitter import __version__
-from emitter.errors import EmitterError
+from emitter.version import __version__
 from emitter.fsutil import atomic_write_json, write_if_changed
+from emitter.kit.library import ACTIVATIONS, ARCHES, DEFAULT_CUDA_ARCHITECTURES, DTYPES, LibraryError
 from emitter.library import abi
-from emitter.library.dispatch import (ACTIVATIONS, ARCHES, DEFAULT_CUDA_ARCHITECTURES, DTYPES, KernelRecord, Query,
-                                      TuningRecord, candidate_order, kernel_records, log2_fixed, tuning_records)
+from emitter.library.dispatch import (KernelRecord, Query, TuningRecord, candidate_order, kernel_records, log2_fixed,
+                                      tuning_records)
 from emitter.library.tuning import TuningEntry, check_options, check_split_k, load_all
 from emitter.manifest import load as load_manifest, manifest_path
 from emitter.render import templates_root
@@ -50,10 +50,6 @@ _RESERVED = {"emitter", "cuda", "cutlass", "cute", "std", "int", "float", "doubl
 API_FUNCTIONS = ("status_string", "last_error", "version", "gemm_problem_init", "gemm_workspace_size",
                  "gemm_can_implement", "gemm_select", "gemm", "kernel_count", "kernel_name", "kernel_index",
                  "get_kernel_info")
-
-
-class LibraryError(EmitterError):
-    exit_code = 2
 
 
 @dataclass

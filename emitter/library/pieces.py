@@ -37,26 +37,10 @@ cannot be exported (LibraryError naming it, with the --exclude that leaves its i
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-SLOTS = ("header", "api", "table", "python")
-
-
-@dataclass(frozen=True)
-class LibraryPieces:
-    family: str
-    header: tuple[str, ...] = ()
-    api: tuple[str, ...] = ()
-    table: tuple[str, ...] = ()
-    python: tuple[str, ...] = ()
-    c_functions: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
-    python_names: tuple[str, ...] = ()
-    files: dict[str, str] = field(default_factory=dict)
-    sources: tuple[tuple[str, str], ...] = ()
-    context: dict[str, Any] = field(default_factory=dict)
-    kernels: int = 0    # how many kernels the family exports (the summary line)
+from emitter.kit.library import SLOTS, LibraryPieces
 
 
 def collect(entries: Sequence[dict[str, Any]], roots: dict[str, Path], ctx: dict[str, Any],

@@ -17,7 +17,7 @@ DEFAULT_SET = "square"       # `emitter profile <manifest dir>` without problems
 def _family_baselines(families: "list[str] | tuple[str, ...]") -> tuple[str, ...]:
     """The baselines of the manifest's families other than GEMM (a manifest source's default config names
     GEMM's cublas only)."""
-    from emitter.families.base import runtime_family
+    from emitter.families.registry import runtime_family
 
     out: list[str] = []
     for fam in families:
@@ -158,7 +158,7 @@ def profile_cmd(config: Path | None, out: Path | None, select: tuple[str, ...], 
 
     given = bool(problem_texts) or problems_file is not None or any(v is not None for v in (m, n, k, batch))
     if _manifest_source(config):
-        from emitter.families.base import entry_family
+        from emitter.families.registry import entry_family
         from emitter.manifest import load, manifest_path
         from emitter.profile.config import ProfileConfig, named_set
 

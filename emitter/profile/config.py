@@ -52,13 +52,14 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from emitter.errors import SpecError
+from emitter.kit import workspace
 from emitter.spec.loader import Document, KeyPath, load_file, parse_text
 
 SCHEMA_KEYS = ("description", "manifests", "manifest", "select", "exclude", "problems", "timing", "check",
                "alpha", "beta", "baselines", "selection", "gpus", "output", "peaks", "scheduler")
 TIMING_KEYS = ("warmup", "warmup_ms", "iterations", "min_duration_ms", "max_iterations", "repeats", "rotate",
                "blocking_kernel", "prune", "workspace_reset")
-WORKSPACE_RESETS = ("library", "settled")     # emitter/profile/workspace.py
+WORKSPACE_RESETS = workspace.MODES           # ("library", "settled")
 OUTPUT_KEYS = ("dir", "csv", "json", "tuning", "plots")
 SELECTION_KEYS = ("tie_tolerance",)
 PROBLEM_KEYS = ("m", "n", "k", "batch")
@@ -113,7 +114,7 @@ def problem_from_json(d: dict[str, Any]) -> Any:
     family = d.get("family", "gemm") if isinstance(d, dict) else "gemm"
     if family == "gemm":
         return Problem.from_dict(d)
-    from emitter.families.base import runtime_family
+    from emitter.families.registry import runtime_family
 
     return runtime_family(family, need=("profile_problem_from_dict",)).profile_problem_from_dict(d)
 
@@ -472,7 +473,7 @@ def workspace_reset(v: Any, doc: Document | None = None, path: KeyPath = ("timin
 def known_baselines() -> tuple[str, ...]:
     """GEMM's baselines, then every other family's whose run-time hooks import (each op is timed against the
     config's baselines its own family has)."""
-    from emitter.families.base import runtime_family
+    from emitter.families.registry import runtime_family
     from emitter.families.registry import FAMILIES
 
     out = list(BASELINES)

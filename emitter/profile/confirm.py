@@ -320,7 +320,7 @@ def write_tuning(profile_dir: Path, result: dict[str, Any]) -> Path:
     own table is kept as tuning.sweep.json (written once, so a second confirmation does not overwrite it)."""
     from dataclasses import replace
 
-    from emitter import __version__
+    from emitter.version import __version__
     from emitter.profile.report import build, from_json
     from emitter.profile.selection import group_key, tuning_table
 

@@ -13,7 +13,7 @@ import shutil
 import subprocess
 from typing import Any
 
-from emitter import __version__
+from emitter.version import __version__
 
 # dense tensor-core peaks in TFLOP/s, by input type (H100 SXM5 and H200 share them)
 HOPPER_TFLOPS = {"bf16": 989.0, "f16": 989.0, "e4m3": 1979.0, "e5m2": 1979.0, "s8": 1979.0, "tf32": 494.0,
@@ -145,7 +145,7 @@ def gpu_env(physical_index: int | None = None) -> dict[str, Any]:
 
 
 def software_env() -> dict[str, Any]:
-    from emitter.profile.baselines import torch_version
+    from emitter.kit.torch_interop import torch_version
 
     return {"emitter_version": __version__, "nvcc": nvcc_version(), "cutlass": cutlass_version(),
             "torch": torch_version(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}

@@ -103,7 +103,7 @@ def op_from_json(d: dict[str, Any]) -> Any:
     family = d.get("family", "gemm")
     if family == "gemm":
         return Op.from_json(d)
-    from emitter.families.base import runtime_family
+    from emitter.families.registry import runtime_family
 
     return runtime_family(family, need=("profile_op_from_json",)).profile_op_from_json(d)
 
@@ -112,7 +112,7 @@ def min_bytes(op: Any, p: Any, beta: float) -> int | None:
     """The fewest bytes the GEMM must move: A and B read once, D written once, C read when beta != 0. Other
     families: their optional profile_min_bytes hook (None without one)."""
     if getattr(op, "FAMILY", "gemm") != "gemm":
-        from emitter.families.base import runtime_family
+        from emitter.families.registry import runtime_family
 
         hook = getattr(runtime_family(type(op).FAMILY, need=()), "profile_min_bytes", None)
         return hook(op, p, beta) if hook else None

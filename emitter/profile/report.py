@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from emitter import __version__
+from emitter.version import __version__
 from emitter.fsutil import atomic_write_json, atomic_write_text
 from emitter.profile.config import ProfileConfig, problem_ident
 from emitter.profile.device import peaks_for

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from emitter.errors import EmitterError, ManifestError
-from emitter.families.base import entry_family
+from emitter.families.registry import entry_family
 from emitter.profile.config import Problem, ProfileConfig, problem_from_json, resolve_manifest
 from emitter.profile.records import FAULT, Measurement, Op, op_of
 from emitter.profile.worker import EXIT_FAULT
@@ -41,7 +41,8 @@ class Plan:
 
 def _profilable(family: str) -> str | None:
     """None when the family's run-time hooks provide profiling, else why not."""
-    from emitter.families.base import PROFILE_HOOKS, VERIFY_HOOKS, FamilyNotRunnable, runtime_family
+    from emitter.families.base import PROFILE_HOOKS, VERIFY_HOOKS, FamilyNotRunnable
+    from emitter.families.registry import runtime_family
 
     try:
         runtime_family(family, need=VERIFY_HOOKS + PROFILE_HOOKS)

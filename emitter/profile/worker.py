@@ -50,7 +50,8 @@ def refuse_too_large(set_bytes: int, free_bytes: int | None, problem: Any) -> No
 
 def _hooks(op: Any) -> Any:
     """The run-time hooks of the family an op (the profile's unit of comparison) belongs to."""
-    from emitter.families.base import PROFILE_HOOKS, VERIFY_HOOKS, runtime_family
+    from emitter.families.base import PROFILE_HOOKS, VERIFY_HOOKS
+    from emitter.families.registry import runtime_family
 
     return runtime_family(type(op).FAMILY, need=VERIFY_HOOKS + PROFILE_HOOKS)
 
@@ -82,12 +83,12 @@ class GpuEngine:
     """Real measurements: PyCUDA backend, device-resident rotated operands, event timing, torch cuBLAS."""
 
     def __init__(self, config: ProfileConfig, gpu: int) -> None:
-        from emitter.runtime.backend import create_backend
+        from emitter.runtime import create_backend
 
         self.backend = create_backend("pycuda")
         import pycuda.driver as drv
 
-        from emitter.profile.baselines import torch_available
+        from emitter.kit.torch_interop import torch_available
         from emitter.profile.timing import EventTimer
 
         self.drv = drv
@@ -113,7 +114,8 @@ class GpuEngine:
         return self.backend.load(root, entry)
 
     def prepare(self, op: Op, problem: Problem) -> Any:
-        from emitter.profile.timing import free_memory, rotation_sets
+        from emitter.kit.arena import free_memory
+        from emitter.profile.timing import rotation_sets
 
         hooks = _hooks(op)
         nbytes = hooks.profile_set_bytes(op, problem, self.config)
@@ -127,7 +129,7 @@ class GpuEngine:
                 "l2_bytes": int(self.env()["l2_bytes"])}
 
     def baseline(self, data: Any, name: str) -> Measurement:
-        from emitter.profile.baselines import BaselineUnavailable
+        from emitter.families.base import BaselineUnavailable
 
         hooks = _hooks(data.op)
         m = Measurement(kind="baseline", name=name, provider=_provider(hooks, name), op=data.op,
@@ -179,7 +181,7 @@ class GpuEngine:
             m.stats = measured.stats
             resets = [r[1] for r in getattr(launch, "resets", ()) if r]
             # workspace_reset_mode: timing.workspace_reset, what the timed launches paid for the workspace
-            # (library: initialize()'s memset before each, emitter/profile/workspace.py)
+            # (library: initialize()'s memset before each, emitter/kit/workspace.py)
             m.extra = {**self.extra(data), **measured.extra(), "launch": launch.info,
                        "workspace_reset_mode": self.config.timing.workspace_reset,
                        "workspace_reset_bytes": max(resets) if resets else 0}
@@ -217,7 +219,7 @@ class GpuEngine:
     def classify(self, e: BaseException) -> tuple[str, bool]:
         """(status, fatal) for an exception raised while measuring."""
         from emitter.runtime.backend import CannotImplement, CudaFault, NotBuilt, RuntimeBackendError
-        from emitter.runtime.launcher import DriverError
+        from emitter.kit.launcher import DriverError
         from emitter.runtime.pycuda_backend import is_sticky
 
         if isinstance(e, CannotImplement):
@@ -259,7 +261,7 @@ class FakeEngine:
 
     def __init__(self, config: ProfileConfig, gpu: int, faults: list[dict[str, Any]] | None = None,
                  model: dict[str, Any] | None = None) -> None:
-        from emitter.runtime.backend import create_backend
+        from emitter.runtime import create_backend
 
         self.backend = create_backend("fake", {"faults": faults or []})
         self.config = config

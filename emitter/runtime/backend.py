@@ -7,7 +7,7 @@ Neither backend holds family code: the manifest entry's `family` names the run-t
 (emitter.families.base.RuntimeFamily) that parse the config, build the shim's problem struct
 (`c_problem`) and, for the fake backend, compute the outputs (`fake_run`).
 
-Data crosses the interface as *storage* numpy arrays (emitter.runtime.hostdata): the bytes the device
+Data crosses the interface as *storage* numpy arrays (emitter.kit.hostdata): the bytes the device
 buffers hold, in an `Inputs` (emitter.families.base) from the family's make_inputs. The backend copies
 every buffer (outputs poisoned) to the device, launches, and returns the outputs' storage after the launch.
 """
@@ -24,42 +24,11 @@ import numpy as np
 
 from emitter.errors import EmitterError, ManifestError
 from emitter.fsutil import PathEscape, resolve_inside
-from emitter.families.base import FamilyNotRunnable, Inputs, entry_family, runtime_family
-
-
-# ---------------------------------------------------------------------------------------------- errors
-class RuntimeBackendError(EmitterError):
-    """Something a backend could not do; `fatal` means the CUDA context is unusable afterwards."""
-
-    fatal = False
-
-
-class NotBuilt(RuntimeBackendError):
-    """No usable build record/artifacts for the instance (never built, or its build failed)."""
-
-    def __init__(self, message: str, build_failed: bool = False) -> None:
-        super().__init__(message)
-        self.build_failed = build_failed
-
-
-class CannotImplement(RuntimeBackendError):
-    """The instance cannot run this problem (alignment, mode, can_implement): a SKIP, not a failure."""
-
-
-class LaunchFailed(RuntimeBackendError):
-    """The shim or the launch returned an error; the context is still usable."""
-
-
-class CudaFault(RuntimeBackendError):
-    """A CUDA error that poisons the context (illegal address, launch failure, trap): the worker must exit."""
-
-    fatal = True
-
-
-class BackendUnavailable(RuntimeBackendError):
-    """The backend cannot be used here (no PyCUDA, no GPU)."""
-
-    exit_code = 2
+from emitter.families.base import FamilyNotRunnable, Inputs
+from emitter.families.registry import entry_family, runtime_family
+from emitter.kit.failures import (  # noqa: F401  (the backend interface's errors; emitter.runtime exports them)
+    BackendUnavailable, CannotImplement, CudaFault, LaunchFailed, NotBuilt, RuntimeBackendError,
+)
 
 
 # ---------------------------------------------------------------------------------------------- data
@@ -181,17 +150,3 @@ class Backend(abc.ABC):
 
     def close(self) -> None:  # pragma: no cover - default no-op
         pass
-
-
-def create_backend(name: str, options: Mapping[str, Any] | None = None) -> Backend:
-    """Backend by name: 'pycuda' or 'fake' (options: the fake backend's fault plan)."""
-    options = dict(options or {})
-    if name == "pycuda":
-        from emitter.runtime.pycuda_backend import PycudaBackend
-
-        return PycudaBackend(**options)
-    if name == "fake":
-        from emitter.runtime.fake_backend import FakeBackend
-
-        return FakeBackend(**options)
-    raise BackendUnavailable(f"unknown backend {name!r} (pycuda, fake)")

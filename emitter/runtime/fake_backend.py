@@ -39,7 +39,8 @@ GENERIC_FAULTS = ("crash", "hang", "illegal_address", "launch_error", "cannot_im
 
 
 def _known_faults() -> tuple[str, ...]:
-    from emitter.families.base import FamilyNotRunnable, runtime_family
+    from emitter.families.base import FamilyNotRunnable
+    from emitter.families.registry import runtime_family
     from emitter.families.registry import FAMILIES
 
     kinds = list(GENERIC_FAULTS)

@@ -6,7 +6,7 @@ problem struct (c_problem) for the device pointers of the case's buffers.
 Launch path: emitter_<name>_query -> workspace -> emitter_<name>_initialize(problem, workspace, stream,
 params_buf, capacity, &launch) -> the Params bytes, packed 64-byte aligned -> raise the dynamic
 shared-memory limit above 48 KiB -> cuLaunchKernel of emitter_<name>_kernel(__grid_constant__ Params)
-with the Params by value in kernelParams form (emitter/runtime/launcher.py says why not PyCUDA's packed
+with the Params by value in kernelParams form (emitter/kit/launcher.py says why not PyCUDA's packed
 buffer) and the shim's grid/block/shared. Cluster kernels carry __cluster_dims__ in the cubin, which a
 plain launch honours.
 
@@ -28,8 +28,8 @@ from emitter.runtime.backend import (
     Backend, BackendUnavailable, CannotImplement, CudaFault, Kernel, LaunchFailed, NotBuilt, RunResult,
     build_record, family_config, host_memory_available,
 )
-from emitter.runtime.launcher import DriverError, DriverKernel, PackedParams
-from emitter.runtime.shim import (
+from emitter.kit.launcher import DriverError, DriverKernel, PackedParams
+from emitter.kit.shim import (
     EMITTER_BUFFER_TOO_SMALL, EMITTER_CANNOT_IMPLEMENT, EMITTER_OK, HostShim, ShimError, status_name,
 )
 

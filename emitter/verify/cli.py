@@ -120,7 +120,7 @@ def verify_cmd(out: Path, select, exclude, problem_texts, problems_file, m, n, k
     from rich.console import Console
     from rich.markup import escape
 
-    from emitter.families.base import entry_family
+    from emitter.families.registry import entry_family
     from emitter.manifest import load, manifest_path
     from emitter.verify.report import exit_code, print_report, write_json, write_junit
     from emitter.verify.runner import VerifyOptions, verify
@@ -179,7 +179,7 @@ def verify_cmd(out: Path, select, exclude, problem_texts, problems_file, m, n, k
 
 def _check_data(data: str, families: list[str]) -> None:
     """--data must name an input kind of one of the selected families (or both)."""
-    from emitter.families.base import runtime_family
+    from emitter.families.registry import runtime_family
 
     kinds = sorted({k for f in families for k in runtime_family(f).DATA_KINDS})
     if data != "both" and data not in kinds:
@@ -189,7 +189,7 @@ def _check_data(data: str, families: list[str]) -> None:
 
 def _runnable() -> set[str]:
     """Families whose run-time hooks import here."""
-    from emitter.families.base import runtime_family
+    from emitter.families.registry import runtime_family
     from emitter.families.registry import FAMILIES
 
     out = set()

@@ -28,7 +28,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import yaml
 
 from emitter.errors import SpecError
-from emitter.families.base import runtime_family
+from emitter.families.registry import runtime_family
 
 COMMON_KEYS = ("data", "label")
 

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from emitter.errors import EmitterError
+from emitter.runtime import create_backend
 from emitter.runtime.backend import (
-    BackendUnavailable, CudaFault, NotBuilt, RuntimeBackendError, create_backend, family_config, host_memory_available,
+    BackendUnavailable, CudaFault, NotBuilt, RuntimeBackendError, family_config, host_memory_available,
 )
 from emitter.verify.check import case_seed, run_case, too_large_reason
 from emitter.verify.problems import VerifyProblem, plan_problems

@@ -56,7 +56,7 @@ def _redirect(log_path: str | None) -> None:
 def worker_main(conn: Any, backend_name: str, backend_options: dict[str, Any], log_path: str | None = None) -> None:
     _redirect(log_path)
     log = _Log(log_path)
-    from emitter.runtime.backend import CudaFault, NotBuilt, RuntimeBackendError, create_backend
+    from emitter.runtime import CudaFault, NotBuilt, RuntimeBackendError, create_backend
     from emitter.verify.check import run_case
     from emitter.verify.problems import VerifyProblem
 

@@ -1,6 +1,6 @@
 """ctypes mirror of templates/attention/common/attention_abi.h (EMITTER_ATTENTION_ABI_VERSION 1).
 
-The launch record and status codes are the GEMM ABI's (emitter.runtime.shim: EmitterLaunch, EMITTER_*);
+The launch record and status codes are the GEMM ABI's (emitter.kit.shim: EmitterLaunch, EMITTER_*);
 only the problem struct differs. tests/test_attention_render.py compiles a C program that prints the C
 sizes and offsets and compares them with these.
 """
@@ -8,8 +8,12 @@ sizes and offsets and compares them with these.
 from __future__ import annotations
 
 import ctypes
+from typing import TYPE_CHECKING, Any, Mapping
 
-from emitter.runtime.shim import HostShim
+from emitter.kit.shim import HostShim
+
+if TYPE_CHECKING:
+    from emitter.families.attention.problem import AttentionProblem
 
 ATTENTION_ABI_VERSION = 1
 
@@ -50,4 +54,24 @@ class AttentionShim(HostShim):
     HostShim, its argtypes bound to the attention problem struct."""
 
 
-__all__ = ["ATTENTION_ABI_VERSION", "EmitterAttentionProblem", "AttentionShim"]
+def c_problem(cfg: Any, p: AttentionProblem, pointers: Mapping[str, int]) -> EmitterAttentionProblem:
+    """emitter_attention_problem for device pointers by buffer name (q, k, v, o, lse, cu_seqlens_q/k)."""
+    s = p.strides()
+    c = EmitterAttentionProblem()
+    c.batch, c.heads_q, c.heads_kv = p.batch, p.heads_q, p.heads_kv
+    c.seq_q, c.seq_k = p.seq_q, p.seq_k
+    c.head_dim, c.head_dim_v = p.head_dim, p.head_dim_v
+    c.scale = float(p.scale)
+    c.flags = 0
+    c.total_q, c.total_k = p.total_q, p.total_k
+    for name in ("q", "k", "v", "o"):
+        arr = getattr(c, f"stride_{name}")
+        for i, v in enumerate(s[name]):
+            arr[i] = int(v)
+    c.stride_lse[0], c.stride_lse[1] = (int(x) for x in s["lse"])
+    for name in ("q", "k", "v", "o", "lse", "cu_seqlens_q", "cu_seqlens_k"):
+        setattr(c, name, int(pointers.get(name) or 0) or None)
+    return c
+
+
+__all__ = ["ATTENTION_ABI_VERSION", "EmitterAttentionProblem", "AttentionShim", "c_problem"]

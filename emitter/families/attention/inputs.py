@@ -21,7 +21,7 @@ import numpy as np
 from emitter.dtypes import DType
 from emitter.families.attention.problem import AttentionProblem
 from emitter.families.base import Inputs
-from emitter.runtime import hostdata
+from emitter.kit import hostdata
 
 DATA_KINDS = ("normal", "int", "large")
 LSE_DTYPE = DType.f32

@@ -181,8 +181,7 @@ def _read_source(root: Path, rel: str, name: str, error: type[Exception]) -> str
 
 
 def library_pieces(entries: Sequence[dict[str, Any]], roots: dict[str, Path], ctx: dict[str, Any]):
-    from emitter.library.export import LibraryError
-    from emitter.library.pieces import LibraryPieces
+    from emitter.kit.library import LibraryError, LibraryPieces
     from emitter.render import environment, templates_root
 
     dtype_codes = dict(ctx["dtype_codes"])
@@ -207,7 +206,7 @@ def library_pieces(entries: Sequence[dict[str, Any]], roots: dict[str, Path], ct
         files[f"src/attention/{k.name}.launch.cu"] = render("launch.cu.j2", k=k)
         sources += [(f"src/attention/{k.name}.shim.cu", k.arch), (f"src/attention/{k.name}.launch.cu", k.arch)]
     if any(k.inst.arch is Arch.sm80 for k in kernels):
-        from emitter.families.attention import include_dirs
+        from emitter.families.attention.sm80 import include_dirs
 
         for d in include_dirs(Arch.sm80):
             stub = Path(d) / "curand_kernel.h"

@@ -58,7 +58,7 @@ class Runner:
                  keep: bool = False) -> dict[str, Any]:
         """One case: inputs (outputs poisoned), launch, reference, compare. Returns the verdict with `label`,
         `status` (PASSED / FAILED / SKIPPED) and `reason`; keep: also `inputs` and `outputs` (storage)."""
-        from emitter.runtime.backend import CannotImplement, CudaFault, LaunchFailed
+        from emitter.kit.failures import CannotImplement, CudaFault, LaunchFailed
 
         k = self.kernel(entry)
         cfg = k.config

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ctypes
 from pathlib import Path
 
-from emitter.runtime.shim import HostShim, ShimError
+from emitter.kit.shim import HostShim, ShimError
 
 CONV_ABI_VERSION = 1
 _I3 = ctypes.c_int * 3

@@ -7,7 +7,7 @@ import numpy as np
 from emitter.dtypes import DType
 from emitter.families.base import Inputs
 from emitter.families.conv.problem import ConvProblem
-from emitter.runtime import hostdata
+from emitter.kit import hostdata
 
 
 def make_inputs(cfg, p: ConvProblem, data: str, seed: int) -> Inputs:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from emitter.library.pieces import LibraryPieces
+from emitter.kit.library import ACTIVATIONS, DTYPES, LibraryError, LibraryPieces
 
 OPS = {"fprop": 1, "dgrad": 2, "wgrad": 3}
 ITERATORS = {"analytic": 0, "optimized": 1, "few_channels": 2, "fixed_channels": 3}
@@ -81,13 +81,11 @@ class ConvTuningRecord:
 
 
 def _error(msg: str) -> Exception:
-    from emitter.library.export import LibraryError
     return LibraryError(msg)
 
 
 def kernel_records(entries: Sequence[dict[str, Any]]) -> list[ConvKernelRecord]:
     from emitter.families.conv.config import ConvConfig, ConvManifestError
-    from emitter.library.dispatch import ACTIVATIONS, DTYPES
 
     out = []
     for i, e in enumerate(sorted(entries, key=lambda e: e["name"])):

@@ -19,7 +19,7 @@ from enum import Enum
 from typing import Any
 
 from emitter.dtypes import DType
-from emitter.families.gemm.model import AUTO, Activation, Arch, Shape3, SplitK
+from emitter.kit.enums import AUTO, Activation, Arch, Shape3, SplitK
 
 __all__ = ["AUTO", "Activation", "Arch", "ConvEpilogue", "ConvInstance", "ConvKernelKind", "ConvOp", "ConvSchedule",
            "ConvTileScheduler", "IteratorAlgorithm", "Layout", "Rejection", "Shape3", "SplitK", "StrideSupport"]

@@ -4,10 +4,11 @@ CUDA tensors, poison the output, compare with a float64 reference, print PASS/FA
     python3 -m emitter.families.conv.runner <manifest dir> [--select GLOB] [--quick] [--planted] [--json out.json]
 
 torch owns the CUDA context (its primary context) and the memory; the cubin is loaded into that same current
-context with emitter.runtime.launcher (cuLaunchKernel's kernelParams array keeps the 128-byte alignment of sm90
-conv Params) and the host shim's runtime calls use it too, as emitter/profile/baselines.py shares buffers with
-torch. Planted bugs (--planted) check that verification catches what a broken kernel would do: wrong padding,
-swapped filter axes, stride ignored, one output row short -- each must FAIL, and for its own reason.
+context with emitter.kit.launcher (cuLaunchKernel's kernelParams array keeps the 128-byte alignment of sm90
+conv Params) and the host shim's runtime calls use it too, as the profile baselines share buffers with torch
+(emitter/kit/torch_interop.py). Planted bugs (--planted) check that verification catches what a broken kernel
+would do: wrong padding, swapped filter axes, stride ignored, one output row short -- each must FAIL, and for its
+own reason.
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ from emitter.families.conv.abi import ConvShim, c_problem_from
 from emitter.families.conv.config import ConvConfig
 from emitter.families.conv.problem import ConvProblem
 from emitter.fsutil import resolve_inside
-from emitter.runtime import hostdata
-from emitter.runtime.launcher import DriverKernel, PackedParams
-from emitter.runtime.shim import EMITTER_BUFFER_TOO_SMALL, EMITTER_CANNOT_IMPLEMENT, EMITTER_OK, status_name
+from emitter.kit import hostdata
+from emitter.kit.launcher import DriverKernel, PackedParams
+from emitter.kit.shim import EMITTER_BUFFER_TOO_SMALL, EMITTER_CANNOT_IMPLEMENT, EMITTER_OK, status_name
 
 
 class CannotRun(Exception):

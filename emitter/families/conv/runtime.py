@@ -29,8 +29,8 @@ from emitter.families.conv.config import ConvConfig
 from emitter.families.conv.flops import conv_flops
 from emitter.families.conv.inputs import make_inputs  # noqa: F401
 from emitter.families.conv.problem import PROBLEM_KEYS, ConvProblem, parse_problem  # noqa: F401
-from emitter.runtime import hostdata
-from emitter.runtime.backend import CannotImplement
+from emitter.kit import hostdata
+from emitter.kit.failures import CannotImplement
 
 NAME = "conv"
 DATA_KINDS = ("normal", "int")

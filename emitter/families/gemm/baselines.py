@@ -19,7 +19,7 @@ from typing import Any
 from emitter.dtypes import DType
 from emitter.families.base import BaselineLaunch, BaselineUnavailable
 from emitter.families.gemm.workload import ProblemData
-from emitter.profile.baselines import torch_available
+from emitter.kit.torch_interop import torch_available
 
 BASELINES = ("cublas",)
 

@@ -33,8 +33,8 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from emitter.dtypes import DType
-from emitter.runtime.backend import CannotImplement, CudaFault
-from emitter.runtime.hostdata import poison_value
+from emitter.kit.failures import CannotImplement, CudaFault
+from emitter.kit.hostdata import poison_value
 from emitter.runtime.options import unsupported
 
 FAKE_FAULTS = ("wrong", "nan", "unwritten", "noise", "wrong_ld", "swap_layout", "drop_beta", "wrong_activation",

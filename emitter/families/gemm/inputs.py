@@ -17,7 +17,7 @@ from emitter.families.base import Inputs
 from emitter.families.gemm.config import GemmConfig
 from emitter.families.gemm.layout import MatrixLayout
 from emitter.families.gemm.problem import GemmProblem
-from emitter.runtime.hostdata import decode, encode, exact_int_limit, poison_value, quantize, storage_dtype
+from emitter.kit.hostdata import decode, encode, exact_int_limit, poison_value, quantize, storage_dtype
 
 EXACT_ACTIVATIONS = ("identity", "relu", "clamp")
 

@@ -21,7 +21,8 @@ import numpy as np
 from emitter.dtypes import DType
 from emitter.families.gemm.layout import MatrixLayout
 from emitter.families.gemm.workload import ProblemData
-from emitter.runtime.hostdata import bits_of, decode, poison_value, storage_dtype
+from emitter.kit.torch_interop import CudaArray, torch_dtype
+from emitter.kit.hostdata import bits_of, decode, poison_value, storage_dtype
 
 SAMPLE_ROWS = 48
 SAMPLE_COLS = 256
@@ -35,28 +36,11 @@ def tolerance(cfg: Any) -> float:
 
 
 # -------------------------------------------------------------------------------------------- torch views
-_TYPESTR = {1: "|u1", 2: "<i2", 4: "<f4", 8: "<f8"}
-
-
-class _CudaArray:
-    """A device pointer dressed as a 1-D array, so torch.as_tensor can view it without a copy."""
-
-    def __init__(self, ptr: int, count: int, itemsize: int, typestr: str | None = None) -> None:
-        self.__cuda_array_interface__ = {"shape": (int(count),), "typestr": typestr or _TYPESTR[itemsize],
-                                         "data": (int(ptr), False), "version": 3, "strides": None}
-
-
-def torch_dtype(torch: Any, dt: DType) -> Any:
-    return {DType.f16: torch.float16, DType.bf16: torch.bfloat16, DType.f32: torch.float32,
-            DType.tf32: torch.float32, DType.f64: torch.float64, DType.s8: torch.int8, DType.s32: torch.int32,
-            DType.e4m3: torch.float8_e4m3fn, DType.e5m2: torch.float8_e5m2}[dt]
-
-
 def torch_view(torch: Any, ptr: int, lay: MatrixLayout, dt: DType) -> Any:
     """Logical (batch, rows, cols) torch view of a device buffer with `lay`'s strides, dtype `dt`."""
     n = lay.elements()
     raw = {DType.s8: "|i1", DType.s32: "<i4", DType.f16: "<f2", DType.f64: "<f8"}.get(dt)
-    flat = torch.as_tensor(_CudaArray(ptr, n, dt.bytes, raw), device="cuda")
+    flat = torch.as_tensor(CudaArray(ptr, n, dt.bytes, raw), device="cuda")
     want = torch_dtype(torch, dt)
     if flat.dtype != want:
         flat = flat.view(want)

@@ -23,7 +23,7 @@ import numpy as np
 
 from emitter.dtypes import DType
 from emitter.families.gemm.config import GemmConfig
-from emitter.runtime.hostdata import bits_of, decode, encode, poison_value
+from emitter.kit.hostdata import bits_of, decode, encode, poison_value
 
 # Problems with more multiply-adds than this use the GPU reference when one is available.
 DEVICE_REFERENCE_MIN_MACS = 1 << 27

@@ -5,7 +5,7 @@ fills them with random values (never zeros) from a seed that depends only on the
 every kernel and the cuBLAS baseline read the same data, and the correctness reference is computed once.
 `KernelLaunch` turns a kernel loaded by the runtime Backend into a launch on set i: the host shim fills
 one Params block per set (their pointers differ), packed once, and each launch is one cuLaunchKernel of
-the instance's entry with those Params by value (emitter/runtime/launcher.py).
+the instance's entry with those Params by value (emitter/kit/launcher.py).
 
 The runtime's Backend.run copies host buffers in and D out around a single launch (the verifier's need);
 timing needs device-resident rotated buffers and back-to-back launches, so this module composes the
@@ -21,16 +21,16 @@ from typing import Any
 import numpy as np
 
 from emitter.dtypes import DType
-from emitter.profile import workspace as wsr
+from emitter.kit import workspace as wsr
 from emitter.profile.config import Problem
 from emitter.profile.records import Op
 from emitter.families.gemm.config import GemmConfig
 from emitter.families.gemm.layout import MatrixLayout
 from emitter.families.gemm.problem import GemmProblem
-from emitter.runtime import prepare
-from emitter.runtime.backend import CannotImplement, CudaFault, Kernel, LaunchFailed
-from emitter.runtime.hostdata import storage_dtype
-from emitter.runtime.launcher import DriverError
+from emitter.kit import prepare
+from emitter.kit.failures import CannotImplement, CudaFault, LaunchFailed
+from emitter.kit.hostdata import storage_dtype
+from emitter.kit.launcher import DriverError
 
 _WS_MARK = wsr.MARK                # workspace bytes before initialize(): what it zeroes shows up as 0
 _WS_SCAN_LIMIT = wsr.SCAN_LIMIT    # larger workspaces are zeroed whole before each launch
@@ -125,7 +125,7 @@ class ProblemData:
 
     @classmethod
     def allocate(cls, op: Op, problem: Problem, alpha: float, beta: float, sets: int) -> "ProblemData":
-        from emitter.profile.timing import DeviceArena
+        from emitter.kit.arena import DeviceArena
 
         cfg = op_config(op)
         lay = layouts(cfg, gemm_problem(problem, alpha, beta))
@@ -167,12 +167,12 @@ class ProblemData:
 class KernelLaunch:
     """One loaded kernel prepared on every operand set of a ProblemData.
 
-    workspace_reset (profile config timing.workspace_reset, emitter/profile/workspace.py): "library" (default)
+    workspace_reset (profile config timing.workspace_reset, emitter/kit/workspace.py): "library" (default)
     re-zeroes, on the stream before every launch, the workspace bytes initialize() zeroed, as the exported library's
     call path does (it runs initialize() on every call); "settled" drops that memset where one launch leaves those
     bytes zeroed (the kernel alone). The mode and what it led to are in self.info (the measurement's record)."""
 
-    def __init__(self, kernel: Kernel, data: ProblemData, stream: Any, split_k: int = 1, options: int = 0,
+    def __init__(self, kernel: Any, data: ProblemData, stream: Any, split_k: int = 1, options: int = 0,
                  workspace_reset: str = wsr.DEFAULT) -> None:
         import pycuda.driver as drv
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from emitter.runtime.backend import CannotImplement, LaunchFailed
-from emitter.runtime.launcher import PackedParams
-from emitter.runtime.shim import (EMITTER_BUFFER_TOO_SMALL, EMITTER_CANNOT_IMPLEMENT, EMITTER_OK, EmitterLaunch,
+from emitter.kit.failures import CannotImplement, LaunchFailed
+from emitter.kit.launcher import PackedParams
+from emitter.kit.shim import (EMITTER_BUFFER_TOO_SMALL, EMITTER_CANNOT_IMPLEMENT, EMITTER_OK, EmitterLaunch,
                                   status_name)
 
 LaunchEntry = tuple[tuple[int, int, int], tuple[int, int, int], PackedParams, int]   # grid, block, params, shared

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from emitter.profile.config import WORKSPACE_RESETS as MODES   # ("library", "settled")
+MODES = ("library", "settled")   # the profile config's timing.workspace_reset values
 
 DEFAULT = "library"
 MARK = 0xA5                      # workspace bytes before initialize(): what it zeroes shows up as 0

@@ -1,0 +1,77 @@
+"""What an exported library is made of, beneath the families: the pieces a family adds to it (its C API, table and
+loader functions), the error a bad export ends in, and the codes of the C API every family shares.
+
+GEMM is the library's own family (its C API, dispatch and Python functions are templates/library/*). Another
+family (attention, conv, ...) whose package `emitter.families.<f>` defines
+
+    library_pieces(entries, roots, ctx) -> LibraryPieces
+
+gets its manifest entries (those with `family: <f>`, after --select/--exclude/--arch and build-failure
+filtering), the manifest directory of each (`roots[name]`), and the library's template context `ctx` (lib,
+LIB, version, abi_version, dtype_codes, ...; a copy), and returns the pieces below: C/C++/Python TEXT, which
+the family renders from its own templates (templates/<f>/library/*.j2, through emitter.render.environment()
+with ctx). The library templates paste each piece at a fixed place (docs/architecture.md "Library pieces a
+family provides"):
+
+    header       include/<lib>/<lib>.h, before the closing extern "C": the family's problem struct(s) and
+                 `<LIB>_API <lib>_status <lib>_<family>(const <lib>_<family>_problem*, void* workspace,
+                 size_t workspace_bytes, <lib>_stream_t stream);` declarations
+    api          src/<lib>_api.cpp, at the end (inside no namespace): definitions; they may use the file's
+                 helpers (fail, succeed, device_cc, log_enabled: anonymous namespace, same translation unit)
+    table        src/<lib>_table.cpp, at the end: the family's kernel table (columns are the family's own)
+    python       python/<lib>.py, at the end: the family's Python functions (e.g. attention(q, k, v, *,
+                 causal, scale, lse, cu_seqlens_q, cu_seqlens_k)); they may use the loader's helpers
+                 (_view, _layout, OperandError, load, _check, _call, _stream_handle, _empty, _init_torch, ...)
+    c_functions  (name without the `<lib>_` prefix, ctypes restype, [ctypes argtypes]) of each new C function:
+                 exported by the linker map and declared by the loader's load()
+    python_names names added to the loader's __all__
+    files        extra files of the tree (relative path -> text): the family's instances and their
+                 translation units
+    sources      (relative path, arch) of the .cu translation units among `files` that CMake compiles with
+                 the kernels of that arch (sm80, sm90a, ...)
+    context      more template context, visible to the family's pieces as ctx[<family>]
+
+`context` is also visible to the library's own templates as ctx[<family>]. A family without `library_pieces`
+cannot be exported (LibraryError naming it, with the --exclude that leaves its instances out).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from emitter.errors import EmitterError
+
+# ---- the C API's enum codes every family shares (the C header's values; append only) --------------
+DTYPES = {"f16": 1, "bf16": 2, "f32": 3, "tf32": 4, "f64": 5, "s8": 6, "s32": 7, "e4m3": 8, "e5m2": 9}
+DTYPE_ANY = 0
+ACTIVATIONS = {"identity": 0, "relu": 1, "gelu": 2, "silu": 3, "sigmoid": 4, "clamp": 5}
+DTYPE_BITS = {"f16": 16, "bf16": 16, "f32": 32, "tf32": 32, "f64": 64, "s8": 8, "s32": 32, "e4m3": 8, "e5m2": 8}
+
+# arch name -> (compute capability, arch-specific (runs only on exactly that cc), CUTLASS major)
+ARCHES = {"sm75": (75, False, 2), "sm80": (80, False, 2), "sm86": (86, False, 2), "sm89": (89, False, 2),
+          "sm90a": (90, True, 3)}
+# default CMAKE_CUDA_ARCHITECTURES value per instance arch (2.x: SASS + PTX, so newer GPUs can JIT it)
+DEFAULT_CUDA_ARCHITECTURES = {"sm75": "75", "sm80": "80", "sm86": "86", "sm89": "89", "sm90a": "90a"}
+
+
+class LibraryError(EmitterError):
+    exit_code = 2
+
+
+SLOTS = ("header", "api", "table", "python")
+
+
+@dataclass(frozen=True)
+class LibraryPieces:
+    family: str
+    header: tuple[str, ...] = ()
+    api: tuple[str, ...] = ()
+    table: tuple[str, ...] = ()
+    python: tuple[str, ...] = ()
+    c_functions: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+    python_names: tuple[str, ...] = ()
+    files: dict[str, str] = field(default_factory=dict)
+    sources: tuple[tuple[str, str], ...] = ()
+    context: dict[str, Any] = field(default_factory=dict)
+    kernels: int = 0    # how many kernels the family exports (the summary line)
