@@ -1,53 +1,110 @@
 #!/usr/bin/env bash
-# The whole GPU suite in one command, for the device machine (from the project root):
-#   scripts/gpu_suite.sh            # logs and reports under $OUT (the device tool's folder) or ./gpu-suite-out
-# Sets up the carried wheels; the tests emit configs/gemm/*.yaml (+ a few verify-only extras), build every
-# instance plus planted-bug variants,
-# runs `pytest -m gpu` (verify on the GPU + planted bugs) and prints pass/fail counts.
+# Every family's GPU tests in one command, for the GPU machine (from the project root):
+#   scripts/gpu_suite.sh [all|gemm|attention|conv]     (default all; one group fits a 10-minute device call)
+#
+# Each group emits and builds what its GPU tests need into generated/gpu-suite/ (kept between calls on a warm
+# machine, the compile cache beside it), then runs `pytest -m gpu` over the group's test files with
+# EMITTER_GPU_SUITE=1, which turns a GPU test that skips into a failure: on the GPU machine every GPU test must
+# run. The groups are the test files that hold a GPU test, split by name (test_attention* -> attention,
+# test_conv* -> conv, the rest -> gemm and the stages), so no GPU test is left out. Logs, junit files and the
+# counts go under $OUT (the device tool's folder) or ./gpu-suite-out.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 [ -f .device-wheels/setup.sh ] && source .device-wheels/setup.sh
 export PYTHONUNBUFFERED=1
+GROUP="${1:-all}"
 OUTDIR="${OUT:-$PWD/gpu-suite-out}"
-mkdir -p "$OUTDIR"
-export EMITTER_GPU_DIR="${EMITTER_GPU_DIR:-/tmp/emitter-gpu-suite}"
+WORK="$PWD/generated/gpu-suite"
+mkdir -p "$OUTDIR" "$WORK"
+export EMITTER_GPU_SUITE=1
 export EMITTER_GPU_REPORTS="$OUTDIR"
-export EMITTER_CACHE_DIR="${EMITTER_CACHE_DIR:-/tmp/emitter-cache}"
+export EMITTER_CACHE_DIR="${EMITTER_CACHE_DIR:-$WORK/cache}"
+export EMITTER_TEST_JOBS="${EMITTER_TEST_JOBS:-$(nproc)}"
 PY=python3
+J="$EMITTER_TEST_JOBS"
 
 echo "== device"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -4
-nvcc --version | tail -2
+nvcc --version | tail -1
 $PY -c "import pycuda.driver as d; d.init(); print('pycuda', __import__('pycuda').VERSION_TEXT, d.Device(0).name())" || exit 2
 
-rm -rf "$EMITTER_GPU_DIR"     # the session fixture emits configs/gemm/*.yaml (+ verify extras) into it
+# the test files holding a GPU test, by group
+mapfile -t GPU_FILES < <(grep -l "mark.gpu" tests/test_*.py | sort)
+files_of() {
+  for f in "${GPU_FILES[@]}"; do
+    case "$(basename "$f")" in
+      test_attention*) [ "$1" = attention ] && echo "$f" ;;
+      test_conv*) [ "$1" = conv ] && echo "$f" ;;
+      *) [ "$1" = gemm ] && echo "$f" ;;
+    esac
+  done
+}
 
-echo "== pytest -m gpu (emit + build inside the session fixture, then verify)"
-t0=$(date +%s)
-$PY -m pytest -m gpu tests/test_gpu_verify.py -s -rA -p no:cacheprovider --junitxml="$OUTDIR/pytest_gpu.xml" \
-    2>&1 | tee "$OUTDIR/pytest_gpu.log"
-rc=${PIPESTATUS[0]}
-echo "pytest -m gpu: exit $rc after $(( $(date +%s) - t0 )) s"
+build() {   # build DIR SPEC...: emit + build (the compile cache makes a second call quick)
+  local dir="$1"; shift
+  $PY -m emitter emit "$@" -o "$dir" -q && $PY -m emitter build "$dir" -j "$J" --no-progress 2>&1 | tail -2
+}
 
-echo "== the user's own commands in a fresh directory: emit, build (the compile cache makes it quick), verify"
-USER_DIR="${EMITTER_GPU_DIR}-user"
-rm -rf "$USER_DIR"
-$PY -m emitter emit configs/gemm/*.yaml -o "$USER_DIR" -q \
-  && $PY -m emitter build "$USER_DIR" --no-progress 2>&1 | tail -2 \
-  && $PY -m emitter verify "$USER_DIR" --quick -q \
-       --json "$OUTDIR/cli_verify.json" --junit "$OUTDIR/cli_verify.xml" 2>&1 | tail -4
-cli_rc=${PIPESTATUS[0]}
-echo "emitter verify: exit $cli_rc"
-[ "$rc" -eq 0 ] && rc=$cli_rc
+rc=0
+run_group() {
+  local g="$1"; shift
+  local t0; t0=$(date +%s)
+  mapfile -t files < <(files_of "$g")
+  echo "== $g: ${#files[@]} files: ${files[*]}"
+  $PY -m pytest -m gpu "${files[@]}" -q -rfEs -p no:cacheprovider --junitxml="$OUTDIR/pytest_$g.xml" \
+      2>&1 | tee "$OUTDIR/pytest_$g.log" | tail -25
+  local r=${PIPESTATUS[0]}
+  echo "$g: pytest exit $r after $(( $(date +%s) - t0 )) s"
+  [ "$r" -eq 0 ] || rc=$r
+}
+
+if [ "$GROUP" = all ] || [ "$GROUP" = gemm ]; then
+  export EMITTER_GPU_DIR="$WORK/gemm"          # test_gpu_verify's session fixture emits configs/gemm/*.yaml here
+  run_group gemm
+  echo "== the user's own commands in a fresh directory: emit, build (cached), verify"
+  USER_DIR="$WORK/gemm-user"
+  rm -rf "$USER_DIR"
+  build "$USER_DIR" configs/gemm/*.yaml \
+    && $PY -m emitter verify "$USER_DIR" --quick -q --json "$OUTDIR/cli_verify.json" --junit "$OUTDIR/cli_verify.xml" 2>&1 | tail -4
+  cli_rc=${PIPESTATUS[0]}
+  echo "emitter verify: exit $cli_rc"
+  [ "$cli_rc" -eq 0 ] || rc=$cli_rc
+fi
+
+if [ "$GROUP" = all ] || [ "$GROUP" = attention ]; then
+  specs=(configs/attention/sm90a_verify.yaml)
+  [ -f configs/attention/sm90a_anylen.yaml ] && specs+=(configs/attention/sm90a_anylen.yaml)
+  build "$WORK/att90" "${specs[@]}"
+  export EMITTER_ATTENTION_SM90A_BUILD="$WORK/att90"
+  export EMITTER_ATTN_DIR="$WORK/att80"          # test_attention_gpu's fixture emits + builds here
+  if [ -f configs/attention/sm80_backward.yaml ]; then
+    build "$WORK/attbwd" configs/attention/sm80_backward.yaml
+    export EMITTER_ATTENTION_BACKWARD_BUILD="$WORK/attbwd"
+  fi
+  run_group attention
+fi
+
+if [ "$GROUP" = all ] || [ "$GROUP" = conv ]; then
+  build "$WORK/conv" configs/conv/verify_set.yaml
+  export EMITTER_CONV_GPU_DIR="$WORK/conv" EMITTER_CONV_MANIFEST="$WORK/conv"
+  run_group conv
+fi
 
 echo "== counts"
 $PY - "$OUTDIR" <<'PYEOF'
 import json, sys, pathlib
+import xml.etree.ElementTree as ET
 from collections import Counter
 out = pathlib.Path(sys.argv[1])
+for x in sorted(out.glob("pytest_*.xml")):
+    c = Counter()
+    for tc in ET.parse(x).getroot().iter("testcase"):
+        kids = {k.tag for k in tc}
+        c["failed" if kids & {"failure", "error"} else "skipped" if "skipped" in kids else "passed"] += 1
+    print(f"{x.stem[7:]:10s} passed {c['passed']}, failed {c['failed']}, skipped {c['skipped']}")
 for stem in ("verify_emitted", "verify_planted", "cli_verify"):
     p = out / f"{stem}.json"
     if not p.is_file():
-        print(f"{stem}: no report"); continue
+        continue
     d = json.loads(p.read_text())
     s = d["summary"]
     print(f"{stem}: device {d['device']}; seed {d['seed']}; instances {s['instances']}; cases {s['cases']}")
