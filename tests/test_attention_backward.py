@@ -130,7 +130,7 @@ def emitted(tmp_path_factory):
 def test_config_emits_and_renders_each_level(emitted):
     out, manifest = emitted
     names = [e["name"] for e in manifest["instances"]]
-    assert len(names) == 11 and not manifest["rejected"] and all(n.startswith("attn_bwd_sm80_") for n in names)
+    assert len(names) == 12 and not manifest["rejected"] and all(n.startswith("attn_bwd_sm80_") for n in names)
     text = (out / f"{names[0]}.cu").read_text()
     for level in backward_sm80.LEVELS:
         assert f": {level} --" in text
