@@ -2,8 +2,9 @@
 verified on its default problems (dQ, dK, dV against autograd through the float64 forward: odd lengths, GQA and
 MQA, both causal alignments with seq_q != seq_k, varlen with empty sequences, a run-time scale, large
 magnitudes, padded input rows), planted bugs in emitter's own levels caught for their reasons, and a speed table
-against torch SDPA's backward (cuDNN and flash) on the same tensors. The sm80 build carries PTX: on an H100 the
-driver compiles it at load (cached in ~/.nv/ComputeCache afterwards).
+against torch SDPA's backward (cuDNN and flash) on the same tensors. The sm80 build carries PTX, which an H100's
+driver would compile at load (about a minute per instance); to spend that time in the -j 16 build instead, the
+test adds sm_90 SASS of the same code (EMITTER_ATTN_BWD_GENCODE overrides the extra nvcc flags; empty: none).
 
     source .device-wheels/setup.sh; python3 -m pytest -q -s -m gpu tests/test_attention_backward_gpu.py
 EMITTER_ATTN_BWD_DIR=<dir> reuses (or keeps) the emitted and built directory; EMITTER_GPU_REPORTS=<dir> writes
@@ -63,7 +64,8 @@ def suite(tmp_path_factory):
     planted = plant_bugs(root, real)
     data["instances"] = real + planted
     write(root, data)
-    summary = build(root, options=BuildOptions(jobs=16))
+    extra = tuple(os.environ.get("EMITTER_ATTN_BWD_GENCODE", "-gencode=arch=compute_90,code=sm_90").split())
+    summary = build(root, options=BuildOptions(jobs=16, extra_flags=extra))
     records = {r.name: r for r in summary.results}
     from emitter.families.attention.runner import Runner
 
