@@ -15,10 +15,12 @@ in place (`keep_stale=True` / `--keep-stale` lists them instead). Nothing else i
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 import traceback
 from dataclasses import dataclass, field
@@ -32,6 +34,7 @@ from emitter.families.registry import DEFAULT_FAMILY, FAMILIES, family_module
 from emitter.fsutil import OutputError, atomic_write_bytes, check_output_dir, os_error_text
 from emitter.manifest import MANIFEST_NAME, SCHEMA_VERSION, dumps as manifest_dumps
 from emitter.render import banner
+from emitter.spec import notices
 from emitter.spec.loader import Document, KeyPath, content_hash, display_path, load_file
 from emitter.spec.sweep import check_total, sweep_limit
 
@@ -56,6 +59,7 @@ class EmitResult:
     written: int = 0
     stale: list[str] = field(default_factory=list)       # files of the previous emit the new manifest drops
     stale_removed: bool = False
+    warnings: list[notices.SpecWarning] = field(default_factory=list)   # printed on stderr; the emit went on
 
 
 def spec_entries(doc: Document) -> Iterable[tuple[KeyPath, dict[str, Any], dict[str, KeyPath]]]:
@@ -72,6 +76,20 @@ def spec_entries(doc: Document) -> Iterable[tuple[KeyPath, dict[str, Any], dict[
     if not isinstance(data, dict):
         raise doc.error((), "a spec file holds a mapping or a list of specs", value=data)
     if "kernels" not in data:
+        # `defaults:` only means something beside `kernels:`; read as one spec, the file would be blamed for
+        # the keys its misspelled kernel list holds (a conv spec has a `kernel:` key of its own, so only a list of
+        # mappings under a key like `kernels` is taken for the list)
+        for key, value in data.items():
+            if key != "defaults" and difflib.get_close_matches(key, ["kernels"], n=1, cutoff=0.75) and \
+                    ("defaults" in data or (isinstance(value, list) and value and all(isinstance(v, dict) for v in value))):
+                raise doc.error((key,), f"unknown top-level key '{key}'" + (" beside `defaults:`" if "defaults" in data else ""),
+                                value=key, allowed=["kernels", "defaults", "description"],
+                                fix="did you mean 'kernels'? (a spec file is one spec, a list of specs, or "
+                                    "{defaults: {...}, kernels: [...]})")
+        if "defaults" in data:
+            raise doc.error(("defaults",), "`defaults:` is given but there is no `kernels:` list for it to apply to",
+                            value="defaults", allowed=["kernels", "defaults", "description"],
+                            fix="put the kernel specs under `kernels:` (a list), next to `defaults:`")
         yield (), data, {}
         return
     extra = set(data) - {"kernels", "defaults", "description"}
@@ -296,8 +314,10 @@ def emit(paths: Iterable[str | Path | Document], out: str | Path, *, jobs: int |
     malformed specs (before `out` is touched) and OutputError when `out` cannot take the files (`out` is
     then as it was). Stale instance files of an earlier emit into `out` are removed unless `keep_stale`."""
     out = Path(out)
-    with sweep_limit(max_instances):
+    with sweep_limit(max_instances), notices.collecting() as warned:
         candidates, specs = expand_specs(list(paths))
+    for w in warned:
+        sys.stderr.write(w.render() + "\n")
     check_output_dir(out, (MANIFEST_NAME,))
     jobs = jobs if jobs is not None else (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
     created: list[Path] = []
@@ -311,7 +331,7 @@ def emit(paths: Iterable[str | Path | Document], out: str | Path, *, jobs: int |
         resolved, rejected, duplicates = _merge(o[0] for o in outcomes)
         written = {o[0].name for o in outcomes if isinstance(o[0], Resolved) and o[1]}
         failures = {f["name"]: f for _, _, f in outcomes if f is not None}
-        result = EmitResult(out=out, manifest={}, rejected=rejected, duplicates=duplicates)
+        result = EmitResult(out=out, manifest={}, rejected=rejected, duplicates=duplicates, warnings=warned)
         entries = []
         for r in resolved:
             if r.name in failures:  # a template bug must not stop the batch

@@ -292,5 +292,18 @@ def load_file(path: str | Path) -> Document:
 
 def content_hash(data: Any) -> str:
     """A stable hash of plain data (sorted-key JSON)."""
-    blob = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str).encode()
+    try:
+        blob = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str).encode()
+    except ValueError:      # an int past Python's 4,300-digit text limit (API data): hashed by its hex digits
+        blob = json.dumps(_huge_ints_as_hex(data), sort_keys=True, separators=(",", ":"), default=str).encode()
     return hashlib.sha256(blob).hexdigest()
+
+
+def _huge_ints_as_hex(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: _huge_ints_as_hex(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_huge_ints_as_hex(v) for v in data]
+    if isinstance(data, int) and not isinstance(data, bool) and data.bit_length() > 4000:
+        return f"int:{data:#x}"
+    return data

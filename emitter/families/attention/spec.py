@@ -27,7 +27,6 @@ combination (head dims an arch allows, tiles, shared memory) are the arch module
 
 from __future__ import annotations
 
-import re
 from typing import Any, Callable, Iterator
 
 from emitter.dtypes import DTYPE_ALIASES, DType
@@ -35,12 +34,11 @@ from emitter.errors import SpecError
 from emitter.families.attention.model import (
     AUTO, HEAD_DIMS, Arch, AttentionInstance, Layout, Mask, Schedule,
 )
-from emitter.spec import points, values
+from emitter.spec import numbers, points, values
 from emitter.spec.loader import Document, KeyPath
 from emitter.spec.points import Assign
 Parser = Callable[[Document, KeyPath, Any], Any]
 
-_TILE_RE = re.compile(r"^\s*(\d+)\s*[xX,]\s*(\d+)\s*$")
 TILE_SIZES = (16, 32, 64, 96, 128, 160, 176, 192, 224, 256)   # the spec's vocabulary; arch modules narrow it
 DTYPES = (DType.f16, DType.bf16, DType.e4m3)
 
@@ -62,55 +60,21 @@ def _dtype(doc: Document, path: KeyPath, v: Any) -> DType:
 
 
 def _int_choice(choices: tuple[int, ...], *, auto: bool = False, what: str = "value") -> Parser:
-    def parse(doc: Document, path: KeyPath, v: Any) -> int:
-        allowed = list(choices) + (["auto"] if auto else [])
-        if auto and isinstance(v, str) and v.strip().lower() == "auto":
-            return AUTO
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise doc.error(path, f"an integer {what} is expected", value=v, allowed=allowed)
-        if v not in choices:
-            raise doc.error(path, f"{what} {v} is not allowed", value=v, allowed=allowed,
-                            fix=f"use one of: {', '.join(map(str, allowed))}")
-        return v
-    return parse
+    return numbers.integer(min(choices), max(choices), auto=auto, choices=choices, what=what)
 
 
 def _int_range(lo: int, hi: int, *, auto: bool = False, what: str = "value") -> Parser:
-    def parse(doc: Document, path: KeyPath, v: Any) -> int:
-        if auto and isinstance(v, str) and v.strip().lower() == "auto":
-            return AUTO
-        allowed = f"an integer {lo}..{hi}" + (" or auto" if auto else "")
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise doc.error(path, f"an integer {what} is expected", value=v, allowed=allowed)
-        if not lo <= v <= hi:
-            raise doc.error(path, f"{what} {v} is out of range", value=v, allowed=allowed)
-        return v
-    return parse
+    return numbers.integer(lo, hi, auto=auto, what=what)
 
 
 _bool = values.boolean
 
 
-def _tile(doc: Document, path: KeyPath, v: Any) -> tuple[int, int]:
-    dims: list[Any] | None = None
-    if isinstance(v, str):
-        m = _TILE_RE.match(v)
-        if m:
-            dims = [int(x) for x in m.groups()]
-    elif isinstance(v, list) and len(v) == 2:
-        dims = v
-    if dims is None or any(isinstance(d, bool) or not isinstance(d, int) for d in dims):
-        raise doc.error(path, "a tile BlockQ x BlockKV is expected", value=v,
-                        allowed="'64x64' or [64, 64] (a list of tiles sweeps)")
-    for d in dims:
-        if d not in TILE_SIZES:
-            raise doc.error(path, f"tile dimension {d} is not allowed", value=v, allowed=list(TILE_SIZES),
-                            fix="use tile dimensions from the allowed list, e.g. 64x64 or 128x128")
-    return dims[0], dims[1]
-
-
-def _is_single_tile(v: Any) -> bool:
-    return isinstance(v, list) and len(v) == 2 and all(isinstance(d, int) and not isinstance(d, bool) for d in v)
+_tile = numbers.shape(("BlockQ", "BlockKV"), lo=min(TILE_SIZES), hi=max(TILE_SIZES), sizes=TILE_SIZES,
+                      noun="tile", example="64x64",
+                      range_fix="use tile dimensions from the allowed list, e.g. 64x64 or 128x128")
+# two numbers (one possibly wrong, e.g. 64.5) are one tile, so the wrong one is blamed; a sweep lists tiles
+_is_single_tile = numbers.is_single_shape
 
 
 _arch = _enum(Arch, {"sm_80": "sm80", "sm_90a": "sm90a", "sm90": "sm90a", "sm_90": "sm90a"})
@@ -151,9 +115,9 @@ def _axes(doc: Document, path: KeyPath, entry: dict[str, Any],
                        key_paths=key_paths, what=what)
 
 
-def _exclusions(doc: Document, path: KeyPath, value: Any) -> list[Assign]:
-    return points.exclusions(doc, path, value, lambda p, item: _axes(doc, p, item, what="an exclude entry"),
-                             example="exclude: [{dtype: bf16, head_dim: 256}]")
+def _exclusions(doc: Document, path: KeyPath, value: Any) -> list[points.Exclusion]:
+    return points.exclude_entries(doc, path, value, SPEC_KEYS, META_KEYS, spec_name="an attention spec",
+                                  what="an exclude entry", example="exclude: [{dtype: bf16, head_dim: 256}]")
 
 
 def build(point: Assign) -> AttentionInstance:
@@ -190,13 +154,13 @@ def expand_entry(doc: Document, path: KeyPath, entry: Any,
         from emitter.families.attention.backward_spec import expand_op_entry
         yield from expand_op_entry(doc, path, entry, key_paths)
         return
-    for key in REQUIRED:
-        if key not in entry:
-            raise doc.error(path, f"missing required key '{key}'", allowed=list(REQUIRED),
-                            fix=f"add `{key}:` to this spec")
+    points.check_required(doc, path, entry, REQUIRED, SPEC_KEYS, META_KEYS, spec_name="an attention spec",
+                          key_paths=key_paths)
     axes = _axes(doc, path, entry, key_paths)
-    exclusions = _exclusions(doc, (key_paths or {}).get("exclude", path + ("exclude",)), entry.get("exclude"))
-    for point in points.expand(axes, exclusions):
+    excl_path = (key_paths or {}).get("exclude", path + ("exclude",))
+    exclusions = _exclusions(doc, excl_path, entry.get("exclude"))
+    # the same guards as every family: bounded matching work, no silent empty result
+    for point in points.expand_checked(doc, path, axes, exclusions, excl_path):
         yield build(point), point
 
 

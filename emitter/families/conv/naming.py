@@ -9,12 +9,13 @@ Every configuration field appears (or is at its stated default), so different co
 from __future__ import annotations
 
 from emitter.families.conv.model import Activation, ConvInstance, ConvKernelKind, ConvSchedule, ConvTileScheduler, SplitK
+from emitter.spec import numbers
 
 _ITER = {"analytic": "analytic", "optimized": "opt", "few_channels": "fewch", "fixed_channels": "fixch"}
 
 
-def _float_token(v: float) -> str:
-    return f"{v:g}".replace("-", "m").replace(".", "p").replace("+", "")
+# clamp bounds in names: the shared token, distinct for bounds that differ past the 6th digit
+_float_token = numbers.name_token
 
 
 def instance_name(inst: ConvInstance) -> str:

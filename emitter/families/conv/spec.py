@@ -40,7 +40,7 @@ from emitter.families.conv.model import (
 from emitter.families.gemm.spec import (
     _activation, _arch, _clamp, _Ctx, _dtype, _int, _is_single_shape, _mapping, _shape, _split_k,
 )
-from emitter.spec import points, values
+from emitter.spec import notices, points, values
 from emitter.spec.loader import Document, KeyPath
 from emitter.spec.points import Assign
 
@@ -112,20 +112,43 @@ META_KEYS = {"family", "name", "description", "exclude"}
 REQUIRED = ("arch", "op", "dtype", "tile")
 
 
-def _axes(ctx: _Ctx, path: KeyPath, entry: dict[str, Any], key_paths: dict[str, KeyPath] | None = None,
-          exclude: bool = False) -> list[list[Assign]]:
+def _one_op_key(ctx: _Ctx, path: KeyPath, entry: dict[str, Any],
+                key_paths: dict[str, KeyPath] | None) -> dict[str, Any]:
+    """`entry` with one of `op` / `operation` (its alias) where both are given. A kernel entry's own key wins
+    over `defaults:` (an override, silent); both at one level: the later one wins, with a warning if the two
+    name different operations."""
+    if "op" not in entry or "operation" not in entry:
+        return entry
+    where = {k: (key_paths or {}).get(k, path + (k,)) for k in ("op", "operation")}
+    levels = {k: where[k][0] == "defaults" for k in where}
+    if levels["op"] != levels["operation"]:
+        ignored = "op" if levels["op"] else "operation"
+    else:
+        ignored = next(k for k in entry if k in where)     # the earlier of the two in the spec
+        kept = "operation" if ignored == "op" else "op"
+        parsed = {k: SPEC_KEYS[k](ctx, where[k], entry[k]) for k in where}
+        if parsed["op"] != parsed["operation"]:
+            notices.warn(ctx, where[kept], f"both `op` and its alias `operation` are given with different values: "
+                                           f"`{kept}: {entry[kept]}` is used, `{ignored}: {entry[ignored]}` "
+                                           f"(line {ctx.doc.line(where[ignored])}) is ignored",
+                         value=entry[kept], fix="give only one of them")
+    return {k: v for k, v in entry.items() if k != ignored}
+
+
+def _axes(ctx: _Ctx, path: KeyPath, entry: dict[str, Any], key_paths: dict[str, KeyPath] | None = None
+          ) -> list[list[Assign]]:
     # before anything is expanded: a sweep over the instance cap is an error naming the multiplying fields
-    axes = points.axes(ctx, path, entry, SPEC_KEYS, META_KEYS, spec_name="a conv spec", key_paths=key_paths,
-                       what="the exclude list" if exclude else "this spec")
-    if not exclude and "dims" in entry and "layout" in entry:
+    entry = _one_op_key(ctx, path, entry, key_paths)
+    axes = points.axes(ctx, path, entry, SPEC_KEYS, META_KEYS, spec_name="a conv spec", key_paths=key_paths)
+    if "dims" in entry and "layout" in entry:
         raise ctx.err((key_paths or {}).get("layout", path + ("layout",)), "give either dims or layout, not both",
                       value=entry["layout"], fix="dims: 2 means layout nhwc, dims: 3 means ndhwc; remove one")
     return axes
 
 
-def _exclusions(ctx: _Ctx, path: KeyPath, value: Any) -> list[Assign]:
-    return points.exclusions(ctx, path, value, lambda p, item: _axes(ctx, p, item, exclude=True),
-                             example="exclude: [{op: wgrad, tile: 256x128x64}]")
+def _exclusions(ctx: _Ctx, path: KeyPath, value: Any) -> list[points.Exclusion]:
+    return points.exclude_entries(ctx, path, value, SPEC_KEYS, META_KEYS, spec_name="a conv spec",
+                                  what="the exclude list", example="exclude: [{op: wgrad, tile: 256x128x64}]")
 
 
 def _default_accumulator(a: DType) -> DType:
@@ -149,6 +172,8 @@ def _build(point: Assign) -> ConvInstance:
     # dgrad defaults to unit stride: CUTLASS's strided 2.x dgrad is another kernel, and the sm90 dgrad collective
     # computes unit-stride dgrad only
     default_stride = StrideSupport.unity if op is ConvOp.dgrad else StrideSupport.strided
+    activation = point.get("activation", Activation.identity)
+    clamped = activation is Activation.clamp   # bounds belong to clamp only (as in the GEMM spec)
     return ConvInstance(
         arch=arch, op=op, layout=point.get("layout", Layout.nhwc), a=a, c=c, accumulator=acc,
         epilogue_compute=compute, tile=tile, warp=warp,
@@ -158,8 +183,9 @@ def _build(point: Assign) -> ConvInstance:
         stride_support=point.get("stride_support", default_stride),
         alignment_a=point.get("alignment_a", AUTO), alignment_b=point.get("alignment_b", AUTO),
         alignment_c=point.get("alignment_c", AUTO), swizzle=point.get("swizzle", 1),
-        epilogue=ConvEpilogue(activation=point.get("activation", Activation.identity), bias=point.get("bias", False),
-                              clamp_min=point.get("clamp_min", 0.0), clamp_max=point.get("clamp_max", 6.0)),
+        epilogue=ConvEpilogue(activation=activation, bias=point.get("bias", False),
+                              clamp_min=point.get("clamp_min", 0.0) if clamped else 0.0,
+                              clamp_max=point.get("clamp_max", 6.0) if clamped else 6.0),
         split_k=point.get("split_k", SplitK.none),
         kernel=point.get("kernel", ConvKernelKind.implicit),
         schedule=point.get("schedule", ConvSchedule.auto),
@@ -179,15 +205,12 @@ def expand_entry(doc: Document, path: KeyPath, entry: Any,
     if family != "conv":
         raise ctx.err((key_paths or {}).get("family", path + ("family",)), f"not a conv spec entry: family {family!r}",
                       value=family, allowed=["conv"])
-    for key in REQUIRED:
-        if key not in entry and not (key == "op" and "operation" in entry):
-            raise ctx.err(path, f"missing required key '{key}' in a conv spec", allowed=list(REQUIRED),
-                          fix=f"add `{key}:` to this spec (see configs/conv/*.yaml)")
+    points.check_required(ctx, path, entry, REQUIRED, SPEC_KEYS, META_KEYS, spec_name="a conv spec",
+                          key_paths=key_paths, alternatives={"op": ("operation",)}, see="see configs/conv/*.yaml")
     axes = _axes(ctx, path, entry, key_paths)
     excl_path = (key_paths or {}).get("exclude", path + ("exclude",))
     exclusions = _exclusions(ctx, excl_path, entry.get("exclude"))
-    points.check_exclude_work(ctx, excl_path, axes, exclusions)
-    for point in points.expand(axes, exclusions):
+    for point in points.expand_checked(ctx, path, axes, exclusions, excl_path):
         if "a" not in point:     # a dtype mapping without its input type (`dtype: {}`, `dtype: {c: f16}`)
             raise ctx.err((key_paths or {}).get("dtype", path + ("dtype",)), "dtype names no input type `a`",
                           value=entry.get("dtype"), allowed=sorted(_DTYPE_KEYS),

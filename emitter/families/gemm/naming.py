@@ -16,20 +16,14 @@ from emitter.families.gemm.model import (
     Activation, Bias, EpilogueSchedule, GemmInstance, KernelSchedule, OpClass, Promotion, Raster, Reduction, SplitK,
     TileScheduler,
 )
+from emitter.spec import numbers
 
 _SCHED = {KernelSchedule.auto: "auto", KernelSchedule.cooperative: "coop", KernelSchedule.pingpong: "pingpong"}
 _EPI = {EpilogueSchedule.auto: "epiauto", EpilogueSchedule.tma: "epitma", EpilogueSchedule.no_smem: "epinosmem"}
 _TS = {TileScheduler.persistent: "persistent", TileScheduler.stream_k: "streamk"}
 
 
-def _float_token(v: float) -> str:
-    """A float in a name, unique per value: `%g` where it reads back as exactly `v` (the names emitted so
-    far), else the shortest text that does (repr), so bounds differing past the 6th digit get distinct names.
-    The replacements are one-to-one on these texts ('-' and '.' never occur otherwise; '+' only after 'e')."""
-    text = f"{v:g}"
-    if float(text) != v:
-        text = repr(float(v))
-    return text.replace("-", "m").replace(".", "p").replace("+", "")
+_float_token = numbers.name_token
 
 
 def instance_name(inst: GemmInstance) -> str:

@@ -17,13 +17,10 @@ from emitter.families.gemm.model import (
     AUTO, Activation, Arch, Bias, Epilogue, EpilogueSchedule, GemmInstance, KernelSchedule, Layout,
     OpClass, Promotion, Raster, Reduction, Shape3, SplitK, TileScheduler,
 )
-from emitter.spec import points, values
+from emitter.spec import numbers, points, values
 from emitter.spec.loader import Document, KeyPath, format_path
 from emitter.spec.points import Assign  # canonical key -> parsed value (one point of one sweep axis)
 from emitter.spec.sweep import check_sweep
-
-_SHAPE_RE = re.compile(r"^\s*(\d+)\s*[xX,]\s*(\d+)\s*[xX,]\s*(\d+)\s*$")
-
 
 class _Ctx:
     def __init__(self, doc: Document):
@@ -72,20 +69,7 @@ _reduction = _enum(Reduction, {"nondet": "nondeterministic", "non_deterministic"
 
 
 def _int(lo: int, hi: int, *, auto: bool = False, choices: tuple[int, ...] | None = None):
-    def parse(ctx: _Ctx, path: KeyPath, v: Any) -> int:
-        if auto and isinstance(v, str) and v.strip().lower() == "auto":
-            return AUTO
-        if isinstance(v, bool) or not isinstance(v, int):
-            allowed = f"an integer {lo}..{hi}" + (" or auto" if auto else "")
-            if choices:
-                allowed = ", ".join(map(str, choices)) + (", auto" if auto else "")
-            raise ctx.err(path, "an integer is expected", value=v, allowed=allowed)
-        if choices and v not in choices:
-            raise ctx.err(path, f"{v} is not allowed here", value=v, allowed=list(choices) + (["auto"] if auto else []))
-        if not lo <= v <= hi:
-            raise ctx.err(path, f"{v} is out of range", value=v, allowed=f"{lo}..{hi}" + (" or auto" if auto else ""))
-        return v
-    return parse
+    return numbers.integer(lo, hi, auto=auto, choices=choices)
 
 
 _bool = values.boolean
@@ -109,32 +93,15 @@ def _as_f32(v: float) -> float:
     return struct.unpack("f", struct.pack("f", v))[0]
 
 
+_shape3 = numbers.shape("MNK", lo=1, hi=4096, example="128x256x64",
+                        range_message="shape dimensions must be positive and at most 4096",
+                        range_fix="use a CUTLASS tile size such as 64, 128 or 256")
+# three numbers (any of them possibly wrong, e.g. 32.5) are one shape; a sweep lists shapes (strings or lists)
+_is_single_shape = numbers.is_single_shape
+
+
 def _shape(ctx: _Ctx, path: KeyPath, v: Any) -> Shape3:
-    dims: list[Any] | None = None
-    if isinstance(v, str):
-        m = _SHAPE_RE.match(v)
-        if m:
-            dims = [int(x) for x in m.groups()]
-    elif isinstance(v, list) and len(v) == 3:
-        dims = v
-        for i, d in enumerate(dims):   # blame the element that is wrong, not the shape
-            if isinstance(d, bool) or not isinstance(d, int):
-                raise ctx.err(path + (i,), f"shape dimension {'MNK'[i]} must be a whole number", value=d,
-                              allowed="integers 1..4096, e.g. [128, 256, 64]", fix=f"write {'MNK'[i]} as an integer")
-    if dims is None or any(isinstance(d, bool) or not isinstance(d, int) for d in dims):
-        raise ctx.err(path, "a shape M x N x K is expected", value=v,
-                      allowed="'128x256x64' or [128, 256, 64] (a list of shapes sweeps)",
-                      fix="give all three dimensions, M x N x K (e.g. 128x128x32)")
-    if any(d <= 0 or d > 4096 for d in dims):
-        raise ctx.err(path, "shape dimensions must be positive and at most 4096", value=v,
-                      allowed="integers 1..4096", fix="use a CUTLASS tile size such as 64, 128 or 256")
-    return Shape3(*dims)
-
-
-def _is_single_shape(v: Any) -> bool:
-    # three numbers (any of them possibly wrong, e.g. 32.5) are one shape; a sweep lists shapes (strings or lists)
-    return isinstance(v, list) and len(v) == 3 and all(isinstance(d, (int, float)) and not isinstance(d, bool)
-                                                       for d in v) and any(isinstance(d, int) for d in v)
+    return Shape3(*_shape3(ctx, path, v))
 
 
 # ---------------------------------------------------------------- spec keys -> canonical keys
@@ -158,16 +125,15 @@ def _mapping(subkeys: dict[str, Callable], shorthand: Callable[[_Ctx, KeyPath, A
                 check_sweep(ctx.doc, path, [(format_path(path), len(out))], what=f"the list of {what} settings")
             return out
         if isinstance(v, dict):
+            for k in v:      # a misspelt sub-key first: `{aa: f16}` is a typo of `a`, not a mapping without it
+                if k not in subkeys:
+                    raise ctx.err(path + (k,), f"unknown key '{k}' in {what}", value=k, allowed=sorted(subkeys),
+                                  fix=_did_you_mean(k, subkeys))
             missing = [k for k in required if k not in v]
             if missing:
                 raise ctx.err(path, f"{what} mapping needs '{missing[0]}'", value=v, allowed=sorted(subkeys),
                               fix=f"add `{missing[0]}:` ({example})" if example else f"add `{missing[0]}:`")
-            axes = []
-            for k, sub in v.items():
-                if k not in subkeys:
-                    raise ctx.err(path + (k,), f"unknown key '{k}' in {what}", value=k, allowed=sorted(subkeys),
-                                  fix=_did_you_mean(k, subkeys))
-                axes.append(subkeys[k](ctx, path + (k,), sub))
+            axes = [subkeys[k](ctx, path + (k,), sub) for k, sub in v.items()]
             check_sweep(ctx.doc, path, [(format_path(path + (k,)), len(a)) for k, a in zip(v, axes)],
                         what=f"{what}")
             return [_merge(combo) for combo in itertools.product(*axes)] if axes else [{}]
@@ -285,9 +251,10 @@ def _axes(ctx: _Ctx, path: KeyPath, entry: dict[str, Any],
                        what=what)
 
 
-def _exclusions(ctx: _Ctx, path: KeyPath, value: Any) -> list[Assign]:
-    return points.exclusions(ctx, path, value, lambda p, item: _axes(ctx, p, item, what="this exclude entry"),
-                             example="exclude: [{tile: 256x128x64, schedule: {kernel: pingpong}}]")
+def _exclusions(ctx: _Ctx, path: KeyPath, value: Any) -> list[points.Exclusion]:
+    return points.exclude_entries(ctx, path, value, SPEC_KEYS, META_KEYS, spec_name="a gemm spec",
+                                  what="this exclude entry",
+                                  example="exclude: [{tile: 256x128x64, schedule: {kernel: pingpong}}]")
 
 
 def _default_accumulator(a: DType) -> DType:
@@ -312,6 +279,10 @@ def _build(point: Assign) -> GemmInstance:
     if warp is None and not three:
         warp = Shape3(min(64, max(tile.m // 2, 16)), min(64, max(tile.n // 2, 8)), tile.k)
     cluster = point.get("cluster", Shape3(1, 1, 1) if three else None)
+    activation = point.get("activation", Activation.identity)
+    # bounds belong to the clamp activation only: relu given bounds is plain relu (same name, same kernel), so
+    # two such entries are one instance instead of two configs under one name
+    clamped = activation is Activation.clamp
     return GemmInstance(
         arch=arch, a=a, b=b, c=c, d=d,
         layout_a=point.get("layout_a", Layout.row),
@@ -330,10 +301,10 @@ def _build(point: Assign) -> GemmInstance:
         alignment_b=point.get("alignment_b", AUTO),
         alignment_c=point.get("alignment_c", AUTO),
         epilogue=Epilogue(
-            activation=point.get("activation", Activation.identity),
+            activation=activation,
             bias=point.get("bias", Bias.none),
-            clamp_min=point.get("clamp_min", 0.0),
-            clamp_max=point.get("clamp_max", 6.0),
+            clamp_min=point.get("clamp_min", 0.0) if clamped else 0.0,
+            clamp_max=point.get("clamp_max", 6.0) if clamped else 6.0,
             source=point.get("source", True),
         ),
         split_k=point.get("split_k", SplitK.none),
@@ -345,9 +316,6 @@ def _build(point: Assign) -> GemmInstance:
         promotion_interval=point.get("promotion_interval", AUTO),
         promotion=point.get("promotion", Promotion.serial),
     )
-
-
-_matches = points.matches
 
 
 def expand_entry(doc: Document, path: KeyPath, entry: Any,
@@ -362,13 +330,10 @@ def expand_entry(doc: Document, path: KeyPath, entry: Any,
     family = entry.get("family", "gemm")
     if family != "gemm":
         raise ctx.err((key_paths or {}).get("family", path + ("family",)), f"unknown kernel family '{family}'", value=family, allowed=["gemm"])
-    for key in REQUIRED:
-        if key not in entry:
-            raise ctx.err(path, f"missing required key '{key}'", allowed=list(REQUIRED),
-                          fix=f"add `{key}:` to this spec")
+    points.check_required(ctx, path, entry, REQUIRED, SPEC_KEYS, META_KEYS, spec_name="a gemm spec",
+                          key_paths=key_paths)
     axes = _axes(ctx, path, entry, key_paths)
     excl_path = (key_paths or {}).get("exclude", path + ("exclude",))
     exclusions = _exclusions(ctx, excl_path, entry.get("exclude"))
-    points.check_exclude_work(ctx, excl_path, axes, exclusions)
-    for point in points.expand(axes, exclusions):
+    for point in points.expand_checked(ctx, path, axes, exclusions, excl_path):
         yield _build(point), point
