@@ -1,7 +1,8 @@
 """Conv family (issue 28) on the GPU, through emitter.families.conv.runner: every instance of
 configs/conv/verify_set.yaml on its default problems (odd C/K/H/W, stride 2, dilation 2, 1x1, 7x7, asymmetric
-padding, C = 3/4 first layers, 3D, beta 0 and != 0, serial split-K), and planted bugs (wrong padding, swapped
-filter axes, stride ignored, one output row short), each caught for its own reason.
+padding, C = 3/4 first layers, 3D, beta 0 and != 0, serial split-K), and planted bugs (a halo read from memory
+instead of zeros, swapped filter axes, stride ignored, one output row short), each caught for its own reason: where
+the output goes wrong and what it equals (emitter/families/conv/check.py).
 
 Set EMITTER_CONV_GPU_DIR to a directory where `emitter emit configs/conv/verify_set.yaml -o DIR && emitter build
 DIR -j 16` already ran (the lead's command does); otherwise the test emits and builds it (minutes)."""
@@ -92,5 +93,13 @@ def test_planted_bugs_are_caught_for_the_right_reason(kernels, pattern):
             v = _wgrad_swapped(k, p, 7)
         else:
             v = run_case(k, p, "normal", 7, planted=bug)
+        # caught for its own reason: the wrong (or unwritten) elements are where the fault puts them (border
+        # rows/columns, off-diagonal taps, all but the first window, the last row) and the output is the fault
+        # model's (emitter/families/conv/check.py)
+        print(k.name, bug, v.get("status"), "bad rows", v.get("bad_rows"), "cols", v.get("bad_cols"),
+              "unwritten rows", v.get("unwritten_rows"), "model", (v.get("fault_model") or {}).get("status"))
+        assert v.get("signature_misses") == [], (k.name, bug, v.get("reason"), v.get("signature_misses"), v.get("bad_map"))
+        if bug != "row_short":
+            assert v["fault_model"]["status"] == "PASSED", (k.name, bug, v["fault_model"])
         assert expected_reason(bug, v), (k.name, bug, v.get("status"), v.get("reason"), v.get("rel_err"),
                                          v.get("unwritten"))

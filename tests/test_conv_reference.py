@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from emitter.errors import SpecError
-from emitter.families.conv import fake, reference
+from emitter.families.conv import check, fake, reference
 from emitter.families.registry import runtime_family
 from emitter.families.conv.abi import EmitterConvProblem
 from emitter.families.conv.config import ConvConfig
@@ -122,6 +122,8 @@ def test_planted_bugs_are_caught_for_the_right_reason(op, fault):
         assert v["unwritten"] > 0 and "never written" in v["reason"]
     else:
         assert v["unwritten"] == 0 and v["rel_err"] > 10 * v["tol"] and "relative error" in v["reason"]
+    # where it went wrong is where the fault puts it (tests/test_faults_conv.py has each fault's own checks)
+    assert check.signature_misses(fault, op, p, v) == [], v.get("bad_map")
 
 
 def test_epilogues_alpha_beta_activation():

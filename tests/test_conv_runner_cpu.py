@@ -65,6 +65,36 @@ def test_clean_cases_pass_and_planted_bugs_are_caught(op, dtype):
         assert expected_reason(bug, v), (bug, v.get("status"), v.get("reason"), v.get("unwritten"))
 
 
+@pytest.mark.parametrize("op", ["fprop", "dgrad", "wgrad"])
+def test_planted_bugs_show_where_they_go_wrong(op):
+    """The launches the GPU runner plants, run by the stand-in: each verdict carries its location and the fault
+    model's comparison, and the halo bug leaves the interior right."""
+    from emitter.families.conv.check import padding_reach
+
+    k = StandIn(cfg(op))
+    p = planted_problem(k.cfg)
+    for bug in PLANTED:
+        v = _wgrad_swapped(k, p, 3) if (bug == "swapped_filter_axes" and op == "wgrad") else run_case(k, p, "normal", 3, planted=bug)
+        assert v["signature_misses"] == [], (bug, v["signature_misses"])
+        if bug != "row_short":
+            assert v["fault_model"]["status"] == "PASSED", (bug, v["fault_model"])
+    halo = run_case(k, p, "normal", 4, planted="wrong_padding")
+    bad = np.asarray(halo["bad_map"])
+    rows, cols = padding_reach(op, p)
+    assert bad.sum() > 0 and all(i in rows or j in cols for i, j in zip(*np.nonzero(bad)))
+
+
+def test_planted_swap_refuses_a_non_square_filter():
+    from dataclasses import replace
+
+    k = StandIn(cfg("fprop"))
+    p = replace(planted_problem(k.cfg), s=1, pad_front=(0, 1, 0), pad_back=(0, 1, 0))
+    with pytest.raises(ValueError, match="square filter"):
+        run_case(k, p, "normal", 1, planted="swapped_filter_axes")
+    with pytest.raises(ValueError, match="square filter"):
+        _wgrad_swapped(StandIn(cfg("wgrad")), p, 1)
+
+
 def test_unity_stride_dgrad_has_no_stride_bug_to_plant():
     k = StandIn(cfg("dgrad", arch="sm80", stride_support="unity"))
     assert planted_problem(k.cfg).stride == (1, 1, 1)

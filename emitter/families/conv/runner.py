@@ -25,6 +25,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from emitter.dtypes import DType
+from emitter.families.conv import check as _check
 from emitter.families.conv import runtime as hooks
 from emitter.families.conv.abi import ConvShim, c_problem_from
 from emitter.families.conv.config import ConvConfig
@@ -156,10 +157,19 @@ def run_case(kern: ConvKernel, p: ConvProblem, data: str, seed: int, planted: st
     dts[out_name] = cfg.c
     dev = {k: to_device(torch, v, dts[k], device) for k, v in inputs.buffers.items()}
     launch_p = p
-    if planted == "wrong_padding":           # the window shifted by one: padding front+1, back-1
-        launch_p = replace(p, pad_front=(p.pad_front[0], p.pad_front[1] + 1, p.pad_front[2] + 1),
-                           pad_back=(p.pad_back[0], p.pad_back[1] - 1, p.pad_back[2] - 1))
+    if planted == "wrong_padding":
+        # no bounds check on the halo: the kernel runs unpadded on the image grown by the padding, the halo
+        # holding what memory holds there (fprop, wgrad read it); dgrad's halo gradient is added into the
+        # memory it aliases after the launch (check.fold_halo)
+        launch_p = _check.unpadded(p)
+        if out_name == "x":
+            dev["x"] = to_device(torch, np.full(launch_p.shape("x"), hostdata.poison_value(cfg.c),
+                                                dtype=hostdata.storage_dtype(cfg.c)), cfg.c, device)
+        else:
+            dev["x"] = to_device(torch, _check.grow_with_halo(inputs.buffers["x"], p), in_dt, device)
     elif planted == "swapped_filter_axes":   # the filter handed over with R and S exchanged
+        if p.r != p.s:
+            raise ValueError(f"planted swapped_filter_axes needs a square filter (R = S), not R={p.r} S={p.s}")
         if out_name != "w":
             dev["w"] = dev["w"].transpose(2, 3).contiguous()
     elif planted == "stride_ignored":        # the kernel runs stride 1 into a larger output; we read its corner
@@ -183,13 +193,20 @@ def run_case(kern: ConvKernel, p: ConvProblem, data: str, seed: int, planted: st
             dy = torch.zeros(big_y, dtype=dev["y"].dtype, device=device)
             dy[:, :, :p.shape("y")[2], :p.shape("y")[3]] = dev["y"]
             dev["y"] = dy
-    elif planted == "row_short":             # the last output row is never computed
+    elif planted == "row_short":             # the last output row is never computed, every other one right
         if out_name == "y":
-            launch_p = replace(p, h=p.h - p.stride[1])
+            # the image cut after the last input row that output row P-2 reads, no bottom padding: P-1 rows
+            pp = p.output_extents()[1]
+            rows = (pp - 2) * p.stride[1] - p.pad_front[1] + (p.r - 1) * p.dilation[1] + 1
+            launch_p = replace(p, h=rows, pad_back=(p.pad_back[0], 0, p.pad_back[2]))
+            assert launch_p.output_extents()[1] == pp - 1, (p, launch_p)
+            dev["x"] = dev["x"][:, :, :rows].contiguous()
             dev["y_small"] = dev["y"]
-            dev["y"] = dev["y"][:, :, :launch_p.shape("y")[2]].contiguous()
+            dev["y"] = dev["y"][:, :, :pp - 1].contiguous()
         elif out_name == "x":
-            launch_p = replace(p, h=p.h - 1)
+            # the last input row made bottom padding: dy keeps its rows, the gradient of that row is dropped
+            launch_p = replace(p, h=p.h - 1, pad_back=(p.pad_back[0], p.pad_back[1] + 1, p.pad_back[2]))
+            assert launch_p.output_extents() == p.output_extents(), (p, launch_p)
             dev["x_small"] = dev["x"]
             dev["x"] = dev["x"][:, :, :p.h - 1].contiguous()
         else:
@@ -219,20 +236,48 @@ def run_case(kern: ConvKernel, p: ConvProblem, data: str, seed: int, planted: st
             full[:out_t.shape[0]] = out_t
         out_t = full
     got = to_host(torch, out_t.contiguous(), cfg.c)
+    if planted == "wrong_padding" and out_name == "x":
+        got = _fold_output(cfg, p, got)
     ref = hooks.reference(cfg, p, inputs, device if device_reference else None)
     verdict = hooks.compare(cfg, p, inputs, {out_name: got}, ref)
     verdict.update(problem=p.label(data), planted=planted, launch=info, wall_s=round(wall, 4))
+    if planted:
+        _judge(verdict, planted, cfg, p, inputs, got)
     return verdict
 
 
+def _fold_output(cfg: ConvConfig, p: ConvProblem, got_big: np.ndarray) -> np.ndarray:
+    """dgrad's output over the grown input folded onto the image (check.fold_halo), back in storage form;
+    elements the kernel left unwritten stay poison. The epilogue is linear (alpha, no bias or activation)
+    on the planted problem, so folding the output is folding the accumulator."""
+    if cfg.activation != "identity" or p.bias or p.beta != 0.0:
+        raise ValueError("planted wrong_padding on dgrad folds the output: it needs the identity epilogue, "
+                         "no bias and beta 0")
+    vals = hostdata.decode(got_big, cfg.c)
+    inner = (slice(None), slice(p.pad_front[0], p.pad_front[0] + p.d), slice(p.pad_front[1], p.pad_front[1] + p.h),
+             slice(p.pad_front[2], p.pad_front[2] + p.w))
+    poison = hostdata.bits_of(np.asarray(hostdata.poison_value(cfg.c)).reshape(1))[0]
+    unwritten = hostdata.bits_of(np.ascontiguousarray(got_big[inner])) == poison
+    vals = np.where(hostdata.bits_of(got_big) == poison, 0.0, vals)
+    folded = hostdata.encode(_check.fold_halo(vals, p), cfg.c)
+    return np.where(unwritten, got_big[inner], folded)
+
+
+def _judge(verdict: dict[str, Any], planted: str, cfg: ConvConfig, p: ConvProblem, inputs: Any, got: np.ndarray) -> None:
+    """Add to a planted case's verdict its comparison with the fault model's output and what, if anything,
+    keeps it from showing the fault's own mark (check.signature_misses)."""
+    model = None
+    if planted != "row_short":
+        want = _check.fault_model_reference(planted, cfg.cfg, p, inputs.values)
+        model = hooks.compare(cfg, p, inputs, {inputs.outputs[0]: got}, want)
+        verdict["fault_model"] = {k: model.get(k) for k in ("status", "reason", "rel_err", "mismatches")}
+    verdict["signature_misses"] = _check.signature_misses(planted, cfg.op, p, verdict, model)
+
+
 def expected_reason(planted: str, verdict: Mapping[str, Any]) -> bool:
-    """A planted bug is caught for the right reason: values wrong (error above tolerance), or, for the short
-    output, elements left unwritten."""
-    if verdict.get("status") != "FAILED":
-        return False
-    if planted == "row_short":
-        return int(verdict.get("unwritten", 0)) > 0
-    return int(verdict.get("unwritten", 0)) == 0 and float(verdict.get("rel_err", 0)) > 10 * float(verdict.get("tol", 1))
+    """A planted bug is caught for its own reason: the case FAILED, the wrong (or unwritten) elements are where
+    the fault puts them and the output is the fault model's (check.signature_misses found nothing)."""
+    return verdict.get("status") == "FAILED" and verdict.get("signature_misses") == [] and verdict.get("planted") == planted
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -307,6 +352,8 @@ def main(argv: list[str] | None = None) -> int:
 def _wgrad_swapped(kern: ConvKernel, p: ConvProblem, seed: int) -> dict[str, Any]:
     """wgrad writes the filter gradient: a kernel that swaps R and S writes dw transposed. Run it right, swap
     the result's axes, compare (the check must fail on values)."""
+    if p.r != p.s:
+        raise ValueError(f"planted swapped_filter_axes needs a square filter (R = S), not R={p.r} S={p.s}")
     torch = kern.torch
     device = getattr(kern, "device", "cuda")
     cfg = kern.cfg
@@ -322,6 +369,7 @@ def _wgrad_swapped(kern: ConvKernel, p: ConvProblem, seed: int) -> dict[str, Any
     ref = hooks.reference(cfg, p, inputs, device)
     v = hooks.compare(cfg, p, inputs, {"w": got}, ref)
     v.update(problem=p.label("normal"), planted="swapped_filter_axes")
+    _judge(v, "swapped_filter_axes", cfg, p, inputs, got)
     return v
 
 
