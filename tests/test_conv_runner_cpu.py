@@ -9,7 +9,9 @@ torch = pytest.importorskip("torch")
 
 from emitter.families.conv import runtime as hooks  # noqa: E402
 from emitter.families.conv.config import ConvConfig  # noqa: E402
-from emitter.families.conv.runner import PLANTED, _wgrad_swapped, expected_reason, planted_problem, run_case  # noqa: E402
+from emitter.families.conv.runner import (  # noqa: E402
+    PLANTED, _wgrad_swapped, expected_reason, planted_line, planted_problem, run_case,
+)
 from emitter.kit import hostdata  # noqa: E402
 
 
@@ -78,7 +80,10 @@ def test_planted_bugs_show_where_they_go_wrong(op):
         assert v["signature_misses"] == [], (bug, v["signature_misses"])
         if bug != "row_short":
             assert v["fault_model"]["status"] == "PASSED", (bug, v["fault_model"])
+        assert planted_line(k.name, bug, v, expected_reason(bug, v)).startswith("CAUGHT")
     halo = run_case(k, p, "normal", 4, planted="wrong_padding")
+    missed = planted_line(k.name, "stride_ignored", {**halo, "signature_misses": ["x"]}, False)
+    assert missed.startswith("MISSED") and missed.endswith("not its mark: x")
     bad = np.asarray(halo["bad_map"])
     rows, cols = padding_reach(op, p)
     assert bad.sum() > 0 and all(i in rows or j in cols for i, j in zip(*np.nonzero(bad)))

@@ -280,6 +280,15 @@ def expected_reason(planted: str, verdict: Mapping[str, Any]) -> bool:
     return verdict.get("status") == "FAILED" and verdict.get("signature_misses") == [] and verdict.get("planted") == planted
 
 
+def planted_line(name: str, bug: str, v: Mapping[str, Any], ok: bool) -> str:
+    """One planted case for a person: caught or missed, where the output went wrong, and if missed, why."""
+    where = (f"bad rows {v.get('bad_rows')} cols {v.get('bad_cols')}" if bug != "row_short"
+             else f"unwritten rows {v.get('unwritten_rows')} filters {v.get('unwritten_outer')}")
+    text = (f"{'CAUGHT' if ok else 'MISSED'}  {name}  planted {bug}: {v.get('status')} "
+            f"rel_err={v.get('rel_err', float('nan')):.2e} mismatches={v.get('mismatches')} {where}")
+    return text if ok else text + f"; not its mark: {'; '.join(v.get('signature_misses') or [str(v.get('reason', ''))])}"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("root", help="manifest directory (emitter emit -o ...; built with emitter build)")
@@ -338,9 +347,7 @@ def main(argv: list[str] | None = None) -> int:
                 caught += ok
                 v.update(kernel=kern.name, caught=ok)
                 results.append(v)
-                print(f"{'CAUGHT' if ok else 'MISSED'}  {kern.name}  planted {bug}: {v.get('status')} "
-                      f"rel_err={v.get('rel_err', float('nan')):.2e} unwritten={v.get('unwritten')} {v.get('reason', '')[:100]}",
-                      flush=True)
+                print(planted_line(kern.name, bug, v, ok), flush=True)
     passed = sum(1 for r in results if r.get("status") == "PASSED")
     print(f"conv runner: {passed} passed, {failed} failed, "
           f"{sum(1 for r in results if r.get('status') == 'SKIPPED')} skipped; planted bugs caught {caught}/{planted_total}")
