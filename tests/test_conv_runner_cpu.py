@@ -67,15 +67,18 @@ def test_clean_cases_pass_and_planted_bugs_are_caught(op, dtype):
         assert expected_reason(bug, v), (bug, v.get("status"), v.get("reason"), v.get("unwritten"))
 
 
-@pytest.mark.parametrize("op", ["fprop", "dgrad", "wgrad"])
-def test_planted_bugs_show_where_they_go_wrong(op):
+@pytest.mark.parametrize("op,stride_support", [("fprop", "strided"), ("dgrad", "strided"), ("dgrad", "unity"),
+                                               ("wgrad", "strided")])
+def test_planted_bugs_show_where_they_go_wrong(op, stride_support):
     """The launches the GPU runner plants, run by the stand-in: each verdict carries its location and the fault
     model's comparison, and the halo bug leaves the interior right."""
     from emitter.families.conv.check import padding_reach
 
-    k = StandIn(cfg(op))
+    k = StandIn(cfg(op, stride_support=stride_support))
     p = planted_problem(k.cfg)
     for bug in PLANTED:
+        if bug == "stride_ignored" and p.stride == (1, 1, 1):
+            continue                                  # a unity-stride instance: the runner skips it too
         v = _wgrad_swapped(k, p, 3) if (bug == "swapped_filter_axes" and op == "wgrad") else run_case(k, p, "normal", 3, planted=bug)
         assert v["signature_misses"] == [], (bug, v["signature_misses"])
         if bug != "row_short":
