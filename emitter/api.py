@@ -82,6 +82,15 @@ def _plain(value: Any, file: str, path: tuple, count: list[int] | None = None) -
                     file=file, key_path=format_path(path), value=repr(value))
 
 
+def _text_of(data: Any) -> str:
+    """The Document's text for Python data: its repr, unless an int in it is too long for Python to print (the
+    spec parsers then refuse that value with its key; repr would raise ValueError before they run)."""
+    try:
+        return repr(data)
+    except ValueError:
+        return "<Python data holding an integer too long to print>"
+
+
 def _is_single(specs: Any) -> bool:
     """One spec input, or a sequence of them? A list of mappings is one spec file's list of specs."""
     if isinstance(specs, (str, os.PathLike, Mapping, Document)):
@@ -116,7 +125,7 @@ def load_specs(specs: Specs) -> list[Document | Path]:
             out.append(parse_text(str(s), name))
         elif isinstance(s, (Mapping, list, tuple)):
             name = pseudo("<dict>")
-            out.append(Document(file=name, data=_plain(s, name, ()), text=repr(s)))
+            out.append(Document(file=name, data=_plain(s, name, ()), text=_text_of(s)))
         elif isinstance(s, (str, os.PathLike)):
             out.append(Path(s))
         else:
@@ -200,10 +209,6 @@ def _add_dynamic_shared(summary: Any) -> None:
 
 
 def _parse_problem(p: Any) -> tuple[int, int, int, int]:
-    from emitter.profile.config import Problem
-
-    if isinstance(p, Problem):
-        return p.m, p.n, p.k, p.batch
     if isinstance(p, str):
         parts = p.lower().split("x")
         if len(parts) in (3, 4) and all(x.strip().isdigit() for x in parts):
@@ -228,7 +233,7 @@ def verify_instances(out: str | os.PathLike = "generated/demo", *, select: Seque
     case with status PASSED/FAILED/SKIPPED; `.failed`). write_reports: <out>/verify/results.json + junit.xml,
     as the CLI writes them. backend="fake" runs without a GPU (a numpy model of the kernels)."""
     from emitter.manifest import load, manifest_path
-    from emitter.runtime.options import OptionsError, SchedulerOptions
+    from emitter.kit.scheduler import OptionsError, SchedulerOptions
     from emitter.selection import select as select_entries
     from emitter.verify.problems import VerifyProblem, problems_from_options
     from emitter.verify.runner import VerifyOptions, verify as run_verify
@@ -273,15 +278,17 @@ def profile_instances(source: str | os.PathLike | Any, *, problems: Sequence[Any
     directory (what `emit` wrote; then `problems` is required). problems: 'MxNxK' strings, (m, n, k) tuples,
     or 'square' / 'llm' (the named sets); they replace a config's own."""
     from emitter.profile import report as rep
-    from emitter.profile.config import ProfileConfig, Problem, Timing, load_config, named_set
+    from emitter.profile.config import ProfileConfig, Timing, load_config, named_set, named_sets, problem_from_json
     from emitter.profile.runner import ProfileError, check_built, plan, resolve_gpus, run
 
-    probs: list[Problem] = []
+    probs: list[Any] = []
     for p in problems or ():
-        if isinstance(p, str) and p.strip().lower() in ("square", "llm"):
+        if isinstance(p, str) and p.strip().lower() in named_sets():
             probs += named_set(p.strip().lower())
+        elif hasattr(p, "as_dict") and hasattr(p, "FAMILY"):     # a profile problem already (GEMM: m, n, k, batch)
+            probs.append(p)
         else:
-            probs.append(Problem(*_parse_problem(p)))
+            probs.append(problem_from_json(dict(zip(("m", "n", "k", "batch"), _parse_problem(p)))))
     if isinstance(source, ProfileConfig):
         cfg = source
     elif Path(source).is_dir():

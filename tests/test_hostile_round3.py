@@ -436,3 +436,15 @@ def test_random_sweeps_and_exclude_lists_match_the_model(family, mode):
     check()
     if EXAMPLES >= 20:
         assert seen >= MODES[mode], seen
+
+
+def test_python_data_with_a_huge_int_through_the_api_is_a_clean_error():
+    """emitter.api takes Python data too: an int too long for repr() reaches the shape parser's range check
+    (SpecError naming the key) instead of a ValueError from printing it."""
+    from emitter import api
+    from emitter.errors import SpecError
+
+    with pytest.raises(SpecError) as e:
+        api.resolve_specs({"family": "gemm", "arch": "sm80", "dtype": "f16", "layout": "tn",
+                           "tile": [10 ** 5000, 128, 32]})
+    assert "5,001 digits" in str(e.value) and "tile" in str(e.value)
