@@ -68,7 +68,7 @@ def spec_entries(doc: Document) -> Iterable[tuple[KeyPath, dict[str, Any], dict[
     A file is one spec mapping, a list of specs, or {defaults: {...}, kernels: [...]}."""
     data = doc.data
     if data is None:
-        raise doc.error((), "the spec file is empty", fix="add a spec: see configs/gemm/*.yaml")
+        raise doc.error((), "the spec file is empty", fix=f"add a spec: see configs/{DEFAULT_FAMILY}/*.yaml")
     if isinstance(data, list):
         for i, entry in enumerate(data):
             yield (i,), entry, {}
@@ -233,6 +233,20 @@ def _process_all(out: Path, candidates: list[Instance], jobs: int) -> list[Outco
         return [x for part in parts for x in part]
 
 
+def _first_writes_last(out: Path, candidates: list[Instance], outcomes: list[Outcome]) -> None:
+    """Where several candidates resolved to one instance, parallel workers raced to write its file, whose banner
+    names the spec that wrote it: the first candidate in spec order writes it once more, so the same specs give
+    the same bytes every run."""
+    from collections import Counter
+
+    counts = Counter(o[0].name for o in outcomes if isinstance(o[0], Resolved))
+    again = {n for n, c in counts.items() if c > 1}
+    for cand, o in zip(candidates, outcomes):
+        if again and isinstance(o[0], Resolved) and o[0].name in again:
+            again.discard(o[0].name)
+            _process(out, cand)
+
+
 _STAGE_PREFIX = ".emitter-stage-"
 _STALE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,239}")
 
@@ -328,6 +342,7 @@ def emit(paths: Iterable[str | Path | Document], out: str | Path, *, jobs: int |
         previous = _previous_sources(out)
         stage = Path(tempfile.mkdtemp(prefix=f"{_STAGE_PREFIX}{os.getpid()}.", dir=out))
         outcomes = _process_all(stage, candidates, jobs)
+        _first_writes_last(stage, candidates, outcomes)
         resolved, rejected, duplicates = _merge(o[0] for o in outcomes)
         written = {o[0].name for o in outcomes if isinstance(o[0], Resolved) and o[1]}
         failures = {f["name"]: f for _, _, f in outcomes if f is not None}
