@@ -103,3 +103,29 @@ def test_torch_reference_matches_numpy_on_the_cpu():
                 assert np.array_equal(np.isneginf(x), np.isneginf(y))
                 np.testing.assert_allclose(np.where(np.isfinite(x), x, 0), np.where(np.isfinite(y), y, 0),
                                            rtol=1e-9, atol=1e-9)
+
+
+def test_emitter_verify_catches_the_key_tail_on_an_instance_without_lse(tmp_path):
+    """`emitter verify --backend fake` on configs/attention/sm80.yaml's BHSD instance (lse: false): clean it
+    passes, with the key-tail fault planted every case with a partial last key tile fails on O."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "gen"
+    cmd = [sys.executable, "-m", "emitter"]
+    r = subprocess.run(cmd + ["emit", str(root / "configs" / "attention" / "sm80.yaml"), "-o", str(out)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    args = cmd + ["verify", str(out), "--backend", "fake", "--select", "*nomask_bhsd", "--data", "normal",
+                  "--problem", "b=2,hq=4,hkv=4,sq=70,sk=65,d=64,layout=bhsd"]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    faults = json.dumps([{"kind": "key_tail_off_by_one"}])
+    r = subprocess.run(args + ["--fake-faults", faults], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
+    res = json.loads((out / "verify" / "results.json").read_text())
+    failed = [x for x in res["results"] if x["status"] == "FAILED"]
+    assert failed and all(x["reason"].startswith("O: ") and "LSE" not in x["reason"] for x in failed), failed
