@@ -182,10 +182,10 @@ SPEED = [  # (head_dim, seq, causal): B*S = 16k tokens, H*D = 2048 (the issue's 
     (128, 1024, False), (128, 1024, True), (128, 4096, False), (128, 4096, True),
     (64, 1024, False), (64, 1024, True), (64, 4096, False), (64, 4096, True),
 ]
-KERNEL = {(128, False): "attn_bwd_sm80_bf16_d128_128x128_nomask_bshd_gqa",
-          (128, True): "attn_bwd_sm80_bf16_d128_128x128_causaltl_bshd_gqa",
-          (64, False): "attn_bwd_sm80_bf16_d64_128x128_nomask_bshd_gqa",
-          (64, True): "attn_bwd_sm80_bf16_d64_128x128_causaltl_bshd_gqa"}
+KERNELS = {(128, False): ["attn_bwd_sm80_bf16_d128_128x128_nomask_bshd_gqa"],
+           (128, True): ["attn_bwd_sm80_bf16_d128_128x128_causaltl_bshd_gqa"],
+           (64, False): ["attn_bwd_sm80_bf16_d64_64x64_nomask_bshd_gqa", "attn_bwd_sm80_bf16_d64_128x128_nomask_bshd_gqa"],
+           (64, True): ["attn_bwd_sm80_bf16_d64_64x64_causaltl_bshd_gqa", "attn_bwd_sm80_bf16_d64_128x128_causaltl_bshd_gqa"]}
 
 
 def _median_ms(torch, fn, reps: int = 20) -> float:
@@ -210,18 +210,13 @@ def test_speed_table(suite):
 
     from emitter.families.attention import runtime as hooks
     from emitter.families.attention.problem import make_problem
-    try:
-        from emitter.kit.launcher import PackedParams
-    except ImportError:
-        from emitter.kit.launcher import PackedParams
+    from emitter.kit.launcher import PackedParams
 
     root, real, planted, records, runner = suite
     by = {e["name"]: e for e in real}
     rows = []
     for d, s, causal in SPEED:
         b, h = 16384 // s, 2048 // d
-        k = runner.kernel(by[KERNEL[(d, causal)]])
-        cfg = k.config
         torch.manual_seed(0)
         q, kk, v, do = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
         qt, kt, vt = (x.transpose(1, 2).detach().requires_grad_() for x in (q, kk, v))
@@ -236,27 +231,37 @@ def test_speed_table(suite):
                 sc.masked_fill_(torch.ones(s, s, device="cuda", dtype=torch.bool).triu(1), float("-inf"))
             lse[i] = torch.logsumexp(sc, dim=-1)
             del sc
-        grads = {g: torch.empty(b, s, h, d, device="cuda", dtype=torch.bfloat16) for g in ("dq", "dk", "dv")}
         p = make_problem(batch=b, heads_q=h, heads_kv=h, seq_q=s, seq_k=s, head_dim=d)
-        ptrs = {"q": q.data_ptr(), "k": kk.data_ptr(), "v": v.data_ptr(), "o": o.data_ptr(), "d_o": do.data_ptr(),
-                "lse": lse.data_ptr(), **{g: t.data_ptr() for g, t in grads.items()}}
-        prob = hooks.c_problem(cfg, p, ptrs)
-        shim, fn = k.handle["shim"], k.handle["fn"]
-        status, qinfo = shim.query(prob)
-        assert status == 0, status
-        ws = torch.empty(max(int(qinfo.workspace_bytes), 1), device="cuda", dtype=torch.uint8)
-        stream = torch.cuda.current_stream().cuda_stream
-        status, params, launch = shim.initialize(prob, ws.data_ptr(), stream, max(int(qinfo.params_bytes), 64))
-        assert status == 0, status
-        packed = PackedParams(params)
-        fn.allow_shared(int(launch.shared_bytes))
-        grid, block = tuple(launch.grid), tuple(launch.block)
+        timed = []          # (ms, kernel name, grid, gradients) of every candidate; the fastest is the row
+        for name in KERNELS[(d, causal)]:
+            k = runner.kernel(by[name])
+            grads = {g: torch.empty(b, s, h, d, device="cuda", dtype=torch.bfloat16) for g in ("dq", "dk", "dv")}
+            ptrs = {"q": q.data_ptr(), "k": kk.data_ptr(), "v": v.data_ptr(), "o": o.data_ptr(),
+                    "d_o": do.data_ptr(), "lse": lse.data_ptr(), **{g: x.data_ptr() for g, x in grads.items()}}
+            prob = hooks.c_problem(k.config, p, ptrs)
+            shim, fn = k.handle["shim"], k.handle["fn"]
+            status, qinfo = shim.query(prob)
+            assert status == 0, (name, status)
+            ws = torch.empty(max(int(qinfo.workspace_bytes), 1), device="cuda", dtype=torch.uint8)
+            stream = torch.cuda.current_stream().cuda_stream
+            status, params, launch = shim.initialize(prob, ws.data_ptr(), stream, max(int(qinfo.params_bytes), 64))
+            assert status == 0, (name, status)
+            packed = PackedParams(params)
+            fn.allow_shared(int(launch.shared_bytes))
+            grid, block, shared = tuple(launch.grid), tuple(launch.block), int(launch.shared_bytes)
 
-        def ours():
-            ws.zero_()                       # what each call's initialize does (locks, GQA counters)
-            fn.launch(grid, block, int(launch.shared_bytes), stream, packed)
+            def ours():
+                ws.zero_()                       # what each call's initialize does (locks, GQA counters)
+                fn.launch(grid, block, shared, stream, packed)
 
-        t_ours = _median_ms(torch, ours)
+            ms = _median_ms(torch, ours)
+            ours()
+            torch.cuda.synchronize()
+            timed.append((ms, name, grid, grads))
+            del ws
+        t_ours, kname, grid, grads = min(timed, key=lambda x: x[0])
+        flop = 2.5 * 4 * b * h * s * s * d * (0.5 if causal else 1.0)     # the convention
+        others = {n: round(flop / ms / 1e9, 1) for ms, n, _, _ in timed}   # TFLOP/s of every candidate
         base = {}
         for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
             with sdpa_kernel(backend):
@@ -265,25 +270,23 @@ def test_speed_table(suite):
             base[name] = _median_ms(torch, lambda: torch.autograd.grad(out_b, (qt, kt, vt), dot, retain_graph=True))
             if name == "cudnn":
                 ref = torch.autograd.grad(out_b, (qt, kt, vt), dot, retain_graph=True)
-        ours()
-        torch.cuda.synchronize()
         agree = {}
         for g, r in zip(("dq", "dk", "dv"), ref):
             r = r.transpose(1, 2).float()
             agree[g] = float((grads[g].float() - r).abs().max() / r.abs().max())
-        flop = 2.5 * 4 * b * h * s * s * d * (0.5 if causal else 1.0)
-        row = {"case": f"d{d} s{s} {'causal' if causal else 'full'}", "kernel": k.name, "grid": grid,
+        row = {"case": f"d{d} s{s} {'causal' if causal else 'full'}", "kernel": kname, "grid": grid,
+               "candidates_tflops": others,
                "ours_tflops": flop / t_ours / 1e9, "cudnn_tflops": flop / base["cudnn"] / 1e9,
                "flash_tflops": flop / base["flash"] / 1e9, "vs_cudnn": base["cudnn"] / t_ours,
                "vs_flash": base["flash"] / t_ours, "max_rel_vs_cudnn": agree, "gpu": torch.cuda.get_device_name()}
         rows.append(row)
-        del q, kk, v, do, qt, kt, vt, out, out_b, o, lse, grads, ws
+        del q, kk, v, do, qt, kt, vt, out, out_b, o, lse, grads, timed
         torch.cuda.empty_cache()
     import math
-    print(f"\n{'case':18} {'emitter':>8} {'cuDNN':>8} {'FA2':>8} {'x cuDNN':>8} {'x FA2':>8}  grid          max rel vs cuDNN")
+    print(f"\n{'case':18} {'emitter':>8} {'cuDNN':>8} {'FA2':>8} {'x cuDNN':>8} {'x FA2':>8}  kernel (grid), max rel vs cuDNN")
     for r in rows:
         print(f"{r['case']:18} {r['ours_tflops']:8.1f} {r['cudnn_tflops']:8.1f} {r['flash_tflops']:8.1f} "
-              f"{r['vs_cudnn']:8.2f} {r['vs_flash']:8.2f}  {str(r['grid']):13} "
+              f"{r['vs_cudnn']:8.2f} {r['vs_flash']:8.2f}  {r['kernel'][14:]} {r['grid']} "
               + " ".join(f"{g} {x:.1e}" for g, x in r["max_rel_vs_cudnn"].items()))
     geo = lambda key: math.exp(sum(math.log(r[key]) for r in rows) / len(rows))   # noqa: E731
     print(f"geomean x cuDNN {geo('vs_cudnn'):.2f}, x FA2 {geo('vs_flash'):.2f} on {rows[0]['gpu']} (TFLOP/s = 2.5 x "
