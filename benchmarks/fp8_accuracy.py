@@ -12,7 +12,7 @@ rounding (2^-9) hides the difference; this script writes f32 instead, so the acc
 It emits and builds three instances of its own (e4m3 x e4m3 -> f32, TN, 128x128x128 cluster 1x2: cooperative
 full accumulation, the same with emitter's overlapped promotion, ping-pong fast accumulation), runs the
 full-accumulation one at promotion intervals 4 (CUTLASS's), 8, 12 and 16 through the run-time option
-(emitter.runtime.options), the overlapped one (it must match interval 4) and the fast one as they are, and
+(emitter.kit.scheduler), the overlapped one (it must match interval 4) and the fast one as they are, and
 cuBLASLt (torch._scaled_mm, f32 output, use_fast_accum False / True) on the same inputs; the reference is the
 float64 product of the decoded fp8 inputs. Two input kinds: standard normal (sums cancel) and uniform [0, 1)
 (all positive: the partial sums grow with K, which is where a short adder drops most). Prints one table of
@@ -106,7 +106,7 @@ def main() -> int:
     from emitter.families.gemm.inputs import gemm_buffers
     from emitter.families.gemm.problem import GemmProblem
     from emitter.kit.hostdata import decode, encode
-    from emitter.runtime.options import SchedulerOptions
+    from emitter.kit.scheduler import SchedulerOptions
     from emitter.runtime import create_backend
 
     backend = create_backend(args.backend)

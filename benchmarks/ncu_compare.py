@@ -125,7 +125,7 @@ def best_kernels(tuning: dict, op: str, problem: str) -> list[tuple[str, int]]:
 def options_text(options: int) -> str:
     """`emitter profile --options` text for an options encoding ('' = the compiled-in choices), so that the
     profiled launch is the one the tuning table chose."""
-    from emitter.runtime.options import SchedulerOptions
+    from emitter.kit.scheduler import SchedulerOptions
 
     return SchedulerOptions.decode(options).text()
 
@@ -199,7 +199,7 @@ def main() -> int:
             name = launches[-1]["kernel"]
             short = re.sub(r"^emitter_gemm_sm90a_|_kernel.*$", "", name)[:48]
             if options:
-                from emitter.runtime.options import SchedulerOptions
+                from emitter.kit.scheduler import SchedulerOptions
 
                 short += "@" + SchedulerOptions.decode(options).label().replace(" ", "_")
             sides.append((f"`{short}`", shown(launches[-1])))

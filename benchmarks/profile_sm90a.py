@@ -34,7 +34,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from emitter.profile.config import LLM_M, LLM_NK  # noqa: E402  (the issue's shape set, one definition)
+from emitter.families.gemm.profile import LLM_M, LLM_NK  # noqa: E402  (the issue's shape set, one definition)
 from emitter.fsutil import atomic_write_text  # noqa: E402
 from emitter.profile.confirm import METHODS as CONFIRM_METHODS  # noqa: E402
 

@@ -37,8 +37,9 @@ def _kernel_rows(args, entries, gen, options) -> list[dict]:
     from emitter.families.gemm import workload as wl
     from emitter.families.gemm.baselines import cublas
     from emitter.families.gemm.profile_check import check, poison_d
-    from emitter.profile.config import Problem, parse_config_text
-    from emitter.profile.records import Op
+    from emitter.profile.config import parse_config_text
+    from emitter.families.gemm.profile import Problem
+    from emitter.families.gemm.profile import Op
     from emitter.profile.worker import GpuEngine
 
     cfg = parse_config_text("manifests: [.]\nproblems: [{m: 128, n: 128, k: 128}]\n"
@@ -148,7 +149,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from emitter.manifest import load
-    from emitter.runtime.options import SchedulerOptions
+    from emitter.kit.scheduler import SchedulerOptions
 
     options = SchedulerOptions.parse(args.options).encode() if args.options else 0
     gen = Path(args.gen)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import click
 
-from emitter.version import __version__
 from emitter.errors import EmitterError
 from emitter.selection import selection_options
+from emitter.version import __version__
 
 
 class _Group(click.Group):
@@ -84,6 +84,7 @@ def list_cmd(out: Path, select: tuple[str, ...], exclude: tuple[str, ...], rejec
     take (a preview of the selection)."""
     import json
 
+    from emitter.families.registry import entry_family
     from emitter.manifest import load
     from emitter.selection import select as select_entries
 
@@ -102,7 +103,7 @@ def list_cmd(out: Path, select: tuple[str, ...], exclude: tuple[str, ...], rejec
     console = Console()
     title = (f"{len(instances)} of {len(data['instances'])} instances in {out} selected" if selected
              else f"{len(instances)} instances in {out}")
-    families = sorted({str(inst.get("family", "gemm")) for inst in instances})
+    families = sorted({entry_family(inst) for inst in instances})
     table = Table(title=title + (f" ({', '.join(families)})" if families else ""))
     table.add_column("name (and the config keys that differ)", overflow="fold")
     for col in ("arch", "tile", "stages"):
@@ -110,7 +111,7 @@ def list_cmd(out: Path, select: tuple[str, ...], exclude: tuple[str, ...], rejec
     varying = _varying_keys(instances)
     for inst in instances:
         cfg = inst["config"]
-        details = _details_text(cfg, varying.get(str(inst.get("family", "gemm")), ()))
+        details = _details_text(cfg, varying.get(entry_family(inst), ()))
         table.add_row(Text(inst["name"]) + (Text("\n  " + details, style="dim") if details else Text()),
                       str(inst["arch"]), _tile_text(cfg), _value_text(cfg.get("stages")) or "auto")
     console.print(table)
@@ -120,7 +121,7 @@ def list_cmd(out: Path, select: tuple[str, ...], exclude: tuple[str, ...], rejec
             rt.add_column(col, overflow="fold")
         for rej in data["rejected"]:
             cfg = rej["config"]
-            rt.add_row(str(rej.get("family", "gemm")), str(rej["arch"]), _dtypes_text(cfg), _tile_text(cfg),
+            rt.add_row(entry_family(rej), str(rej["arch"]), _dtypes_text(cfg), _tile_text(cfg),
                        str(rej["rule"]), str(rej["reason"]))
         console.print(rt)
 
@@ -164,9 +165,11 @@ def _dtypes_text(cfg: dict) -> str:
 
 def _varying_keys(entries: list) -> dict:
     """family -> config keys (beyond the columns) whose values differ between that family's entries."""
+    from emitter.families.registry import entry_family
+
     seen: dict = {}
     for e in entries:
-        fam = seen.setdefault(str(e.get("family", "gemm")), {})
+        fam = seen.setdefault(entry_family(e), {})
         for k, v in e["config"].items():
             if k not in _LIST_SHOWN and not k.startswith("tile_"):
                 fam.setdefault(k, set()).add(_value_text(v))

@@ -28,10 +28,10 @@ def templates_root() -> Path:
 
 
 def configs_root() -> Path:
-    return _root("configs", "gemm/sm80.yaml")
+    return _root("configs", "demo.yaml")
 
 
-def example_specs(family: str = "gemm") -> list[Path]:
+def example_specs(family: str) -> list[Path]:
     """The shipped example spec files of a family (configs/<family>/*.yaml)."""
     return sorted((configs_root() / family).glob("*.yaml"))
 

@@ -56,7 +56,8 @@ def test_summary_goals_and_markdown(tmp_path):
 
 def test_shape_sets_parse_and_small_m_is_the_llm_rows_up_to_512():
     """Each --shapes choice is a valid profile `problems:` list; small-m is the LLM set's M <= 512 rows."""
-    from emitter.profile.config import LLM_M, LLM_NK, parse_config_text
+    from emitter.profile.config import parse_config_text
+    from emitter.families.gemm.profile import LLM_M, LLM_NK
 
     bench = _bench()
     sets = {}

@@ -215,8 +215,8 @@ def test_a_case_larger_than_the_device_is_skipped_with_bytes_needed_and_free(tmp
 def test_profile_refuses_operands_that_cannot_fit_the_device(monkeypatch):
     import emitter.families.gemm.workload as wl
     import emitter.kit.arena as arena
-    from emitter.profile.config import Problem
-    from emitter.profile.records import Op
+    from emitter.families.gemm.profile import Problem
+    from emitter.families.gemm.profile import Op
     from emitter.profile.worker import GpuEngine, ProblemTooLarge as ProfileTooLarge
 
     monkeypatch.setattr(arena, "free_memory", lambda: 1 << 30)
@@ -505,7 +505,8 @@ def test_a_new_family_is_profiled_beside_gemm_through_its_hooks_alone(tmp_path, 
     meets only its family's problems, baselines are the family's, and the records round-trip through JSON
     (problem_from_json / op_from_json) into the report and the tuning table."""
     from emitter.profile import report as rep
-    from emitter.profile.config import Problem, ProfileConfig, problems_from_text
+    from emitter.profile.config import ProfileConfig, problems_from_text
+    from emitter.families.gemm.profile import Problem
     from emitter.profile.records import Measurement
     from emitter.profile.runner import plan
     from emitter.profile.worker import run_job

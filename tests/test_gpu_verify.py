@@ -261,7 +261,7 @@ def test_verify_emitted_instances_on_gpu(suite):
 def test_run_time_scheduler_options_on_gpu(suite, scheduler):
     """emitter_gemm_problem.options on the real shims: every sm90a instance that has the choice is verified with
     it (the others are skipped as not having it, never failed); at least one ran each time."""
-    from emitter.runtime.options import SchedulerOptions
+    from emitter.kit.scheduler import SchedulerOptions
     from emitter.verify.runner import VerifyOptions, verify
 
     root, real, planted, records = suite

@@ -483,7 +483,7 @@ FA_CFGS = {FA_FULL: _fp8(), FA_FAST: _fp8(fast=True), FA_RELU: _fp8(fast=True, a
 
 
 def _op_json(cfg: dict) -> dict:
-    from emitter.profile.records import Op as ProfileOp
+    from emitter.families.gemm.profile import Op as ProfileOp
     return ProfileOp.from_config(cfg).to_json()
 
 

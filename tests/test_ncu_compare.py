@@ -66,7 +66,7 @@ def test_default_kernel_is_the_runs_choice_with_its_options():
     assert m.best_kernels(tuning, "e4m3-tn", "512x4096x4096") == []
     assert m.best_kernels({}, "bf16-tn", "512x4096x4096") == []
 
-    from emitter.runtime.options import SchedulerOptions
+    from emitter.kit.scheduler import SchedulerOptions
 
     assert m.options_text(0) == ""
     opts = SchedulerOptions(swizzle=4, promotion_interval=8).encode()

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from emitter.families.gemm.config import GemmConfig
-from emitter.runtime.options import OptionsError, SchedulerOptions, distinct, launch_key, unsupported
+from emitter.families.gemm.options import distinct, launch_key, unsupported
+from emitter.kit.scheduler import OptionsError, SchedulerOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -17,9 +17,10 @@ import pytest
 from click.testing import CliRunner
 
 from emitter.errors import SpecError
+from emitter.families.gemm.profile import LLM_M, LLM_NK, Op, Problem
 from emitter.profile import report as rep
-from emitter.profile.config import LLM_M, LLM_NK, Problem, ProfileConfig, load_config, parse_config_text
-from emitter.profile.records import CHECK_FAILED, FAULT, OK, Measurement, Op, min_bytes
+from emitter.profile.config import ProfileConfig, load_config, parse_config_text
+from emitter.profile.records import CHECK_FAILED, FAULT, OK, Measurement, min_bytes
 from emitter.profile.runner import RunOutcome, plan, run, shard, shard_balance
 from emitter.profile.selection import TIE_CAP, choose, choose_all, noise_ms
 from emitter.profile.stats import TimingStats
@@ -589,7 +590,7 @@ def test_scheduler_options_are_swept_per_kernel_and_reach_the_tuning_table(manif
     only on the fp8 full-accumulation kernels; each variant is its own measurement, and a winning variant's
     options go into tuning.json."""
     from emitter.profile.selection import tuning_table
-    from emitter.runtime.options import SchedulerOptions as S
+    from emitter.kit.scheduler import SchedulerOptions as S
 
     from emitter.emit import emit
 
@@ -633,7 +634,7 @@ def test_scheduler_top_times_the_variants_on_the_fastest_kernels_only(manifest_d
     other variants only on the K kernels of each (op, problem) with the smallest median there, at that
     kernel's best split count. The variants then compete in the selection like any other measurement."""
     from emitter.families.gemm.config import GemmConfig
-    from emitter.runtime.options import distinct, unsupported
+    from emitter.families.gemm.options import distinct, unsupported
 
     cfg = _fake_config(manifest_dir, "scheduler: {swizzle: [null, 2, 4], top: 2}\n")
     assert cfg.scheduler_top == 2 and len(cfg.scheduler) == 3
@@ -680,7 +681,7 @@ def test_a_sweep_times_each_launch_once(manifest_dir, tmp_path):
     to what `heuristic` picks) are one launch: timed once, the first of them in sweep order; the stream-K
     scheduler is not modelled, so its kernels get every variant."""
     from emitter.families.gemm.config import GemmConfig
-    from emitter.runtime.options import launch_key
+    from emitter.families.gemm.options import launch_key
 
     cfg = parse_config_text(f"manifests: [{manifest_dir}]\nproblems: [{{m: 128, n: 4096, k: 512}}]\n"
                             "timing: {iterations: 5, repeats: 1}\n"
@@ -1040,7 +1041,7 @@ def test_gpu_engine_head_to_head_without_a_gpu(monkeypatch):
 
 # ------------------------------------------------------------------------------------------ split-K sweep
 def test_split_k_candidates_fill_the_gpu_and_stop_at_two_waves():
-    from emitter.profile.selection import split_k_candidates
+    from emitter.families.gemm.profile import split_k_candidates
 
     # decode: 32 output tiles of 128x128 on 132 SMs -> split up to 8 (256 units <= 2 waves)
     assert split_k_candidates((128, 128, 64), 16, 4096, 4096, 1, 132) == [1, 2, 3, 4, 6, 8]
@@ -1182,7 +1183,7 @@ def test_cli_options_replace_the_scheduler_sweep(manifest_dir, tmp_path):
     assert res.exit_code == 0, res.output
     kernels = [m for m in json.loads((tmp_path / "res" / "profile.json").read_text())["measurements"]
                if m["kind"] == "kernel"]
-    from emitter.runtime.options import SchedulerOptions
+    from emitter.kit.scheduler import SchedulerOptions
 
     assert len(kernels) == 4 and {m["options"] for m in kernels} == {SchedulerOptions(swizzle=4).encode()}
     res = CliRunner().invoke(main, ["profile", str(cfg), "--backend", "fake", "--options", "swizzle=3"])

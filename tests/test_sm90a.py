@@ -29,7 +29,7 @@ from emitter.families.gemm.model import (
 )
 from emitter.families.gemm.naming import instance_name
 from emitter.render import render_template
-from emitter.runtime.options import SchedulerOptions
+from emitter.kit.scheduler import SchedulerOptions
 
 ROW, COL = Layout.row, Layout.col
 BANNER = {"version": "0.1.0", "spec": "tests/test_sm90a.py", "spec_hash": "0" * 64}
@@ -770,7 +770,7 @@ def test_representative_instance_compiles(tmp_path, label):
     if inst.split_k is SplitK.none:
         assert query(ctypes.byref(Problem(**{**good, "split_k_slices": 2})), ctypes.byref(launch)) == 1
     assert query(ctypes.byref(Problem(**{**good, "A": fake + 2})), ctypes.byref(launch)) == 1  # misaligned
-    # run-time scheduler options (emitter.runtime.options), refused before any CUDA call: undefined bits and
+    # run-time scheduler options (emitter.kit.scheduler), refused before any CUDA call: undefined bits and
     # codes are invalid; a choice the kernel does not have cannot be implemented; swizzle and raster are
     # every kernel's (OK on a GPU machine, the device query's CUDA error elsewhere)
     base = {**good, "split_k_slices": 2} if inst.split_k is SplitK.serial else good

@@ -176,8 +176,8 @@ def streamk_entry(tmp_path_factory):
 
 def _gemm_launch(monkeypatch, entry, mode, resets_locks=True, workspace_bytes=64, sets=3):
     from emitter.families.gemm import workload as wl
-    from emitter.profile.config import Problem
-    from emitter.profile.records import Op
+    from emitter.families.gemm.profile import Problem
+    from emitter.families.gemm.profile import Op
 
     dev = _Device()
     dev.install(monkeypatch)
@@ -273,8 +273,9 @@ def test_the_worker_passes_the_mode_to_the_launch_and_records_it(monkeypatch):
     import emitter.families.gemm.profile_check as chk
     import emitter.families.gemm.workload as wl
     from emitter.families.registry import runtime_family
-    from emitter.profile.config import Problem
-    from emitter.profile.records import Measurement, Op
+    from emitter.families.gemm.profile import Problem
+    from emitter.profile.records import Measurement
+    from emitter.families.gemm.profile import Op
     from emitter.profile.stats import TimingStats
     from emitter.profile.timing import Measured
     from emitter.profile.worker import GpuEngine

@@ -216,10 +216,10 @@ def cache_key(source: bytes, arch: str, tc: _Toolchain) -> str:
 def family_include_flags(entry: dict[str, Any]) -> list[str]:
     """-I flags a family adds for its instances: the family package's optional `include_dirs(arch)` (attention sm80:
     an empty <curand_kernel.h> stand-in). GEMM has none, so its commands and cache keys are unchanged."""
-    from emitter.families.registry import family_module
+    from emitter.families.registry import entry_family, family_module
 
     try:
-        hook = getattr(family_module(entry.get("family", "gemm")), "include_dirs", None)
+        hook = getattr(family_module(entry_family(entry)), "include_dirs", None)
     except (EmitterError, ImportError):
         return []
     return [f"-I{d}" for d in hook(entry.get("arch", ""))] if hook is not None else []

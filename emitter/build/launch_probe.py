@@ -23,10 +23,10 @@ __all__ = ["probe_shared_bytes", "probe_in_child"]
 
 
 def _probe_one(root: Path, entry: Mapping[str, Any], record: Mapping[str, Any]) -> tuple[int | None, str | None]:
-    from emitter.families.registry import runtime_family
+    from emitter.families.registry import entry_family, runtime_family
     from emitter.kit.shim import HostShim
 
-    fam = runtime_family(str(entry.get("family", "gemm")), need=("config_from_entry", "default_problems",
+    fam = runtime_family(entry_family(entry), need=("config_from_entry", "default_problems",
                                                                  "resolve_problem", "c_problem"))
     cfg = fam.config_from_entry(entry, root)
     shim = HostShim(root / record["artifacts"]["host"], str(entry["name"]))

@@ -134,7 +134,7 @@ class RuntimeFamily(Protocol):
     resolve_problem(config, problem) -> problem
         fill defaults that depend on the instance (GEMM: packed leading dims / batch strides)
     with_options(config, problem, options: int) -> problem | str
-        run-time scheduler options (emitter.runtime.options encoding) on a problem, or why the
+        run-time scheduler options (emitter.kit.scheduler encoding) on a problem, or why the
         instance has no such choice (families without options: return a reason for options != 0)
 
     ---- one verify case -------------------------------------------------------------------------------
@@ -160,7 +160,7 @@ class RuntimeFamily(Protocol):
     profile_op(config) -> op
         what kernels are compared under apart from the size: frozen, hashable, with FAMILY, `.key` (str),
         `.to_json()` (with "family" unless gemm) and optionally `.a` (the input dtype, for % of peak) and
-        `.layout`, `.b`, `.c`, `.d` (report columns); GEMM: emitter.profile.records.Op
+        `.layout`, `.b`, `.c`, `.d` (report columns); GEMM: emitter.families.gemm.profile.Op
     profile_set_bytes(op, problem, settings) -> int    device bytes of one rotated operand set
     profile_allocate(op, problem, settings, sets: int) -> data
         device-resident operand sets (random, seeded by op and problem); `.sets`, `.working_set_bytes`,
@@ -183,12 +183,17 @@ class RuntimeFamily(Protocol):
     profile_problem(problem) -> profile problem | str
         the profile's unit for a parsed problem (`--problem`, YAML string entries), or why it cannot be one;
         a profile problem has FAMILY, key (str), flops (int), as_dict() (JSON, with "family" for families
-        other than gemm) and is hashable; GEMM's is emitter.profile.config.Problem
+        other than gemm) and is hashable; GEMM's is emitter.families.gemm.profile.Problem
+        (optional `ident`: the tuple groupings and sort orders use instead of `key`)
     profile_problem_from_dict(d) -> profile problem;  profile_op_from_json(d) -> op   (JSON round trips)
     profile_min_bytes(op, problem, beta) -> int   (optional) fewest bytes moved, for GB/s (None without it)
     profile_variants(config, problem, options: list[int]) -> list[int]   (optional) the run-time option sets
         of the profile's `scheduler` sweep the instance takes, distinct launches only (default: [0])
     profile_splits(config, problem, sm_count) -> list[int]   (optional) split-K slice counts to time (default [1])
+    PROFILE_SETS: tuple[str, ...]; profile_named_set(name) -> list   (optional) named problem sets (`--problem
+        llm`, a profile YAML's `set: llm`) and their problems
+    profile_placeholder() -> profile problem   (optional) the problem a record names for a kernel that could not
+        load (without it: the job's first problem of the family)
     """
 
     NAME: str

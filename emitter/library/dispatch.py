@@ -150,7 +150,7 @@ class TuningRecord:
     batch: int = 1
     gpu_cc: int = 0            # compute capability x 10 of the GPU it was measured on; 0 = unknown
     split_k: int = 1           # split-K slices the kernel was timed with there (1 = no split)
-    options: int = 0           # run-time scheduler options it was timed with there (emitter.runtime.options)
+    options: int = 0           # run-time scheduler options it was timed with there (emitter.kit.scheduler)
 
     @property
     def logs(self) -> tuple[int, int, int, int]:

@@ -29,16 +29,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from emitter.version import __version__
 from emitter.fsutil import atomic_write_json, write_if_changed
 from emitter.kit.library import ACTIVATIONS, ARCHES, DEFAULT_CUDA_ARCHITECTURES, DTYPES, LibraryError
+from emitter.kit.scheduler import SchedulerOptions
 from emitter.library import abi
 from emitter.library.dispatch import (KernelRecord, Query, TuningRecord, candidate_order, kernel_records, log2_fixed,
                                       tuning_records)
 from emitter.library.tuning import TuningEntry, check_options, check_split_k, load_all
 from emitter.manifest import load as load_manifest, manifest_path
 from emitter.render import templates_root
-from emitter.runtime.options import SchedulerOptions
+from emitter.version import __version__
 
 LIBRARY_KIND = "emitter.library"
 LIBRARY_SCHEMA_VERSION = 1

@@ -10,7 +10,7 @@ kernels; the library applies it only to callers who opt in to fast accumulation,
 `split_k` (optional, default 1) is the split-K slice count the winner was timed with -- the library launches
 it with that count (see emitter/library/dispatch.py `effective_split_k`), so it must be 1 unless the kernel
 is a split-K instance (`check_split_k`); `options` (optional, default 0) are the run-time scheduler options
-(emitter.runtime.options) it was timed with, launched with it too, so they must be ones the kernel has
+(emitter.kit.scheduler) it was timed with, launched with it too, so they must be ones the kernel has
 (`check_options`); `gpu.cc` (when present) tells the dispatch which GPU generation the
 choices were measured on.
 """
@@ -44,7 +44,7 @@ class TuningEntry:
     op: dict[str, Any] | None = None
     median_ms: float | None = None
     split_k: int = 1                # split-K slices the kernel was timed with (1 = no split)
-    options: int = 0                # run-time scheduler options it was timed with (emitter.runtime.options)
+    options: int = 0                # run-time scheduler options it was timed with (emitter.kit.scheduler)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -69,7 +69,7 @@ def _split_k(e: dict[str, Any], where: str) -> int:
 
 
 def _options(e: dict[str, Any], where: str) -> int:
-    from emitter.runtime.options import OptionsError, SchedulerOptions
+    from emitter.kit.scheduler import OptionsError, SchedulerOptions
 
     value = e.get("options", 0)
     if value is None:
@@ -86,7 +86,8 @@ def _options(e: dict[str, Any], where: str) -> int:
 
 def check_options(entry: TuningEntry, arch: str, config: dict[str, Any]) -> None:
     """An entry's run-time scheduler options must be ones its kernel has (the library launches it with them)."""
-    from emitter.runtime.options import SchedulerOptions, unsupported_config
+    from emitter.families.gemm.options import unsupported_config
+    from emitter.kit.scheduler import SchedulerOptions
 
     why = unsupported_config(arch, config, entry.options)
     if why:
@@ -111,7 +112,7 @@ FAST_ACC_SUFFIX = "_fastacc"
 
 def check_op(op: Any, where: str) -> dict[str, Any] | None:
     """An entry's `op` object, with `fast_accum` checked and filled in. `fast_accum` must be a bool; the op
-    key (emitter/profile/records.py Op.key) ends in `_fastacc` exactly when it is true, so a key that says one
+    key (emitter/families/gemm/profile.py Op.key) ends in `_fastacc` exactly when it is true, so a key that says one
     thing and a flag that says the other is an error (which one is the table's intent cannot be told); a
     table without `fast_accum` but with a `_fastacc` key gets fast_accum: true. Not a dict: None (no check)."""
     if not isinstance(op, dict):

@@ -10,18 +10,17 @@ import click
 from emitter.selection import selection_options
 from emitter.verify.cli import problem_flags
 
-NAMED = ("square", "llm")
 DEFAULT_SET = "square"       # `emitter profile <manifest dir>` without problems
 
 
 def _family_baselines(families: "list[str] | tuple[str, ...]") -> tuple[str, ...]:
     """The baselines of the manifest's families other than GEMM (a manifest source's default config names
     GEMM's cublas only)."""
-    from emitter.families.registry import runtime_family
+    from emitter.families.registry import DEFAULT_FAMILY, runtime_family
 
     out: list[str] = []
     for fam in families:
-        if fam != "gemm":
+        if fam != DEFAULT_FAMILY:
             out += list(getattr(runtime_family(fam, need=()), "BASELINES", ()))
     return tuple(out)
 
@@ -34,7 +33,7 @@ def _problems(values: tuple[str, ...], problems_file=None, m=None, n=None, k=Non
     MxNxKxBATCH, m=..,n=..,k=..), turned into the profile's unit by the family's profile_problem hook (GEMM
     times sizes only: alpha and beta are the config's, so a problem that sets anything else is refused)."""
     from emitter.errors import SpecError
-    from emitter.profile.config import named_set, problems_from_text
+    from emitter.profile.config import named_set, named_sets, problems_from_text
     from emitter.verify.cli import user_problems
     from emitter.verify.problems import hooks_of
 
@@ -42,7 +41,7 @@ def _problems(values: tuple[str, ...], problems_file=None, m=None, n=None, k=Non
     texts = []
     for v in values:
         t = v.strip().lower()
-        if t in NAMED:
+        if t in named_sets():
             out += named_set(t)
         else:
             texts.append(v)
@@ -192,7 +191,7 @@ def profile_cmd(config: Path | None, out: Path | None, select: tuple[str, ...], 
 
         cfg = cfg.replace(timing=_replace(cfg.timing, workspace_reset=workspace_reset))
     if options_text is not None:
-        from emitter.runtime.options import SchedulerOptions
+        from emitter.kit.scheduler import SchedulerOptions
 
         cfg = cfg.replace(scheduler=(SchedulerOptions.parse(options_text).encode(),))
     if tie_tolerance is not None:

@@ -72,51 +72,13 @@ MAX_PROBLEMS = 20000
 MAX_DIM = 1 << 20
 
 # The named problem sets the performance goals use.
-SQUARE_SIZES = (1024, 2048, 4096, 8192, 16384)
-LLM_M = (16, 128, 512, 2048, 8192)
-LLM_NK = ((4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192), (8192, 8192), (128256, 4096))
-
-
-@dataclass(frozen=True, order=True)
-class Problem:
-    """GEMM's profile problem (the sizes; alpha and beta are the config's). Other families' profile problems
-    have the same face: FAMILY, key, flops, as_dict() (with "family"), ordering by their own fields."""
-
-    FAMILY: ClassVar[str] = "gemm"
-
-    m: int
-    n: int
-    k: int
-    batch: int = 1
-
-    @property
-    def key(self) -> str:
-        base = f"{self.m}x{self.n}x{self.k}"
-        return base if self.batch == 1 else f"{base}x{self.batch}"
-
-    @property
-    def flops(self) -> int:
-        return 2 * self.m * self.n * self.k * self.batch
-
-    def as_dict(self) -> dict[str, int]:
-        return {"m": self.m, "n": self.n, "k": self.k, "batch": self.batch}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Problem":
-        return cls(int(d["m"]), int(d["n"]), int(d["k"]), int(d.get("batch", 1)))
-
-    def __str__(self) -> str:
-        return self.key
 
 
 def problem_from_json(d: dict[str, Any]) -> Any:
-    """A profile problem from its JSON (as_dict): GEMM's Problem, or the family's named by "family"."""
-    family = d.get("family", "gemm") if isinstance(d, dict) else "gemm"
-    if family == "gemm":
-        return Problem.from_dict(d)
-    from emitter.families.registry import runtime_family
+    """A profile problem from its JSON (as_dict), by the family it names (the default family's without one)."""
+    from emitter.families.registry import entry_family, runtime_family
 
-    return runtime_family(family, need=("profile_problem_from_dict",)).profile_problem_from_dict(d)
+    return runtime_family(entry_family(d), need=("profile_problem_from_dict",)).profile_problem_from_dict(d)
 
 
 def problems_from_text(texts: Any, families: Any = None, where: str = "<command line>") -> list[Any]:
@@ -137,21 +99,29 @@ def problems_from_text(texts: Any, families: Any = None, where: str = "<command 
 
 
 def problem_ident(p: Any) -> tuple:
-    """What identifies a profile problem in groupings and sort orders: GEMM (m, n, k, batch), else its key."""
-    if getattr(p, "FAMILY", "gemm") == "gemm":
-        return (p.m, p.n, p.k, p.batch)
-    return (p.key,)
+    """What identifies a profile problem in groupings and sort orders: its own `ident` (GEMM: m, n, k, batch),
+    else its key."""
+    ident = getattr(p, "ident", None)
+    return tuple(ident) if ident is not None else (p.key,)
 
 
-def named_set(name: str) -> list[Problem]:
-    if name == "square":
-        return [Problem(s, s, s) for s in SQUARE_SIZES]
-    if name == "llm":
-        return [Problem(m, n, k) for m in LLM_M for (n, k) in LLM_NK]
-    raise KeyError(name)
+def named_sets() -> dict[str, str]:
+    """The named problem sets (`--problem square`, a profile YAML's `set:`) -> the family whose run-time hooks
+    hold them (PROFILE_SETS, profile_named_set), in registry order."""
+    from emitter.families.registry import FAMILIES, runtime_family
+
+    out: dict[str, str] = {}
+    for fam in FAMILIES:
+        for name in getattr(runtime_family(fam, need=()), "PROFILE_SETS", ()):
+            out.setdefault(name, fam)
+    return out
 
 
-NAMED_SETS = ("square", "llm")
+def named_set(name: str) -> list[Any]:
+    """The problems of a named set (KeyError for a name no family has)."""
+    from emitter.families.registry import runtime_family
+
+    return list(runtime_family(named_sets()[name], need=()).profile_named_set(name))
 
 
 @dataclass(frozen=True)
@@ -181,7 +151,7 @@ class Output:
 class ProfileConfig:
     file: str
     manifests: tuple[str, ...]
-    problems: tuple[Problem, ...]
+    problems: tuple[Any, ...]
     select: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     timing: Timing = field(default_factory=Timing)
@@ -194,7 +164,7 @@ class ProfileConfig:
     output: Output = field(default_factory=Output)
     peaks: dict[str, Any] = field(default_factory=dict)   # overrides: {"tflops": {"bf16": 989}, "hbm_tbs": 3.35}
     description: str = ""
-    # run-time scheduler options (emitter.runtime.options encodings) each kernel is also timed with; 0 (the
+    # run-time scheduler options (emitter.kit.scheduler encodings) each kernel is also timed with; 0 (the
     # compiled-in choices) always comes first
     scheduler: tuple[int, ...] = (0,)
     # scheduler `top: K`: the variants after the first are timed on the K fastest kernels of each (op, problem)
@@ -314,13 +284,13 @@ def _dim_values(doc: Document, path: KeyPath, v: Any, what: str) -> list[int]:
     return [_int(doc, path, v, 1, MAX_DIM, f"{what}: a positive integer, a list or a range")]
 
 
-def _problems(doc: Document, path: KeyPath, v: Any) -> tuple[Problem, ...]:
+def _problems(doc: Document, path: KeyPath, v: Any) -> tuple[Any, ...]:
     fix = "e.g. `problems: [{set: llm}, {m: 4096, n: 4096, k: 4096}, {square: [1024, 2048]}]`"
     if v is None:
         raise doc.error(path, "the config needs a 'problems' list", fix=fix)
     if not isinstance(v, list) or not v:
         raise doc.error(path, "'problems' must be a non-empty list", value=v, fix=fix)
-    out: list[Problem] = []
+    out: list[Any] = []
     for i, entry in enumerate(v):
         p = path + (i,)
         if isinstance(entry, str) and ("=" in entry or entry.strip()[:1].isdigit()):
@@ -336,14 +306,15 @@ def _problems(doc: Document, path: KeyPath, v: Any) -> tuple[Problem, ...]:
         if "set" in entry:
             _unknown_keys(doc, p, entry, ("set",), "a named-set entry")
             name = entry["set"]
-            if not isinstance(name, str) or name.strip().lower() not in NAMED_SETS:
-                raise doc.error(p + ("set",), f"unknown problem set {name!r}", value=name, allowed=NAMED_SETS)
+            sets = tuple(named_sets())
+            if not isinstance(name, str) or name.strip().lower() not in sets:
+                raise doc.error(p + ("set",), f"unknown problem set {name!r}", value=name, allowed=sets)
             out += named_set(name.strip().lower())
         elif "square" in entry:
             _unknown_keys(doc, p, entry, ("square", "batch"), "a square-size entry")
             sizes = _dim_values(doc, p + ("square",), entry["square"], "square")
             batches = _dim_values(doc, p + ("batch",), entry.get("batch", 1), "batch")
-            out += [Problem(s, s, s, b) for s in sizes for b in batches]
+            out += [problem_from_json({"m": s, "n": s, "k": s, "batch": b}) for s in sizes for b in batches]
         else:
             _unknown_keys(doc, p, entry, PROBLEM_KEYS, "a problem entry (or use `set:` / `square:`)")
             for key in ("m", "n", "k"):
@@ -356,10 +327,10 @@ def _problems(doc: Document, path: KeyPath, v: Any) -> tuple[Problem, ...]:
                 count *= len(a)
             if count > MAX_PROBLEMS:
                 raise doc.error(p, f"this entry gives {count} problems (at most {MAX_PROBLEMS})", value=entry)
-            out += [Problem(*t) for t in itertools.product(*axes)]
+            out += [problem_from_json(dict(zip(("m", "n", "k", "batch"), t))) for t in itertools.product(*axes)]
         if len(out) > MAX_PROBLEMS:
             raise doc.error(p, f"the config gives more than {MAX_PROBLEMS} problems", fix="narrow the ranges")
-    seen: set[Problem] = set()
+    seen: set[Any] = set()
     unique = []
     for prob in out:           # keep the written order, drop repeats
         if prob not in seen:
@@ -371,7 +342,7 @@ def _problems(doc: Document, path: KeyPath, v: Any) -> tuple[Problem, ...]:
 def _scheduler(doc: Document, path: KeyPath, v: Any) -> tuple[tuple[int, ...], int]:
     """`scheduler: {swizzle: [1, 4], raster: along_n, top: 3}`: the product of the value lists, as option
     encodings, after 0 (the compiled-in choices); and `top` (0: every kernel gets every variant)."""
-    from emitter.runtime.options import OptionsError, SchedulerOptions
+    from emitter.kit.scheduler import OptionsError, SchedulerOptions
 
     v = _mapping(doc, path, v, "'scheduler'")
     _unknown_keys(doc, path, v, SCHEDULER_KEYS + ("top",), "'scheduler'")
@@ -473,12 +444,11 @@ def workspace_reset(v: Any, doc: Document | None = None, path: KeyPath = ("timin
 def known_baselines() -> tuple[str, ...]:
     """GEMM's baselines, then every other family's whose run-time hooks import (each op is timed against the
     config's baselines its own family has)."""
-    from emitter.families.registry import runtime_family
-    from emitter.families.registry import FAMILIES
+    from emitter.families.registry import DEFAULT_FAMILY, FAMILIES, runtime_family
 
     out = list(BASELINES)
     for fam in FAMILIES:
-        if fam == "gemm":
+        if fam == DEFAULT_FAMILY:
             continue
         try:
             out += [b for b in getattr(runtime_family(fam, need=()), "BASELINES", ()) if b not in out]

@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from emitter.fsutil import atomic_write_json
-from emitter.profile.config import Problem, ProfileConfig, Timing, problem_ident
+from emitter.profile.config import ProfileConfig, Timing, problem_from_json, problem_ident
 from emitter.profile.records import OK, Measurement, launch_label, op_of
 from emitter.profile.worker import _short
 
@@ -376,7 +376,7 @@ def _one(engine: Any, config: ProfileConfig, instances: dict[str, dict[str, Any]
         loaded[w["kernel"]] = engine.load(Path(inst["root"]), inst["entry"])
     kernel = loaded[w["kernel"]]
     op = op_of(inst["entry"])
-    problem = Problem(w["m"], w["n"], w["k"], w.get("batch", 1))
+    problem = problem_from_json({"m": w["m"], "n": w["n"], "k": w["k"], "batch": w.get("batch", 1)})
     data = engine.prepare(op, problem)
     m = Measurement("kernel", w["kernel"], "emitter", op, problem, split_k=w["split_k"], options=w["options"])
     samples: list[list[float]] = []

@@ -16,12 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from emitter.version import __version__
+from emitter.families.registry import FAMILIES
 from emitter.fsutil import atomic_write_json, atomic_write_text
 from emitter.profile.config import ProfileConfig, problem_ident
 from emitter.profile.device import peaks_for
 from emitter.profile.records import Measurement, min_bytes
 from emitter.profile.selection import RULE, Choice, choose_all, group_key, measurement_key, tuning_table
+from emitter.version import __version__
 
 SCHEMA_VERSION = 1
 
@@ -379,8 +380,8 @@ def write_plots(report: Report, plot_dir: Path) -> list[str] | str:
     return written
 
 
-_OP_TOKEN = re.compile(r"^(gemm|sm\d+a?|acc\w+|al\d+x\d+x\d+|[tn]{3}|identity|relu|gelu|silu|sigmoid|clamp.*|bias\w+|"
-                       r"(f16|bf16|f32|tf32|f64|s8|s32|e4m3|e5m2){2})$")
+_OP_TOKEN = re.compile("^(" + "|".join(FAMILIES) + r"|sm\d+a?|acc\w+|al\d+x\d+x\d+|[tn]{3}|identity|relu|gelu|silu|"
+                       r"sigmoid|clamp.*|bias\w+|(f16|bf16|f32|tf32|f64|s8|s32|e4m3|e5m2){2})$")
 
 
 def compact_name(name: str) -> str:

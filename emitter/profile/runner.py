@@ -19,8 +19,8 @@ from typing import Any
 
 from emitter.errors import EmitterError, ManifestError
 from emitter.families.registry import entry_family
-from emitter.profile.config import Problem, ProfileConfig, problem_from_json, resolve_manifest
-from emitter.profile.records import FAULT, Measurement, Op, op_of
+from emitter.profile.config import ProfileConfig, problem_from_json, resolve_manifest
+from emitter.profile.records import FAULT, Measurement, op_of
 from emitter.profile.worker import EXIT_FAULT
 
 MAX_RESTARTS = 16
@@ -34,7 +34,7 @@ class ProfileError(EmitterError):
 @dataclass
 class Plan:
     instances: list[dict[str, Any]]         # {"root", "manifest", "entry"}
-    problems: list[Problem]
+    problems: list[Any]
     manifests: list[str]
     skipped: list[str] = field(default_factory=list)    # families left out, and why
 
@@ -92,9 +92,9 @@ def plan(config: ProfileConfig, select: tuple[str, ...] = (), exclude: tuple[str
     return Plan(chosen, list(config.problems), manifests, skipped)
 
 
-def shard(problems: list[Problem], n: int) -> list[list[Problem]]:
+def shard(problems: list[Any], n: int) -> list[list[Any]]:
     """Problems over n GPUs: largest first onto the least-loaded one (ties: lower index)."""
-    shards: list[list[Problem]] = [[] for _ in range(n)]
+    shards: list[list[Any]] = [[] for _ in range(n)]
     load = [0.0] * n
     for p in sorted(problems, key=lambda p: (-p.flops, p.key)):
         i = min(range(n), key=lambda j: (load[j], j))
@@ -104,11 +104,11 @@ def shard(problems: list[Problem], n: int) -> list[list[Problem]]:
     return [sorted(s, key=lambda p: order[p]) for s in shards]
 
 
-def _work(p: Problem) -> float:
+def _work(p: Any) -> float:
     return p.flops + 1e9                  # shard()'s estimate of a problem's profiling cost
 
 
-def shard_balance(problems: list[Problem], n: int) -> str | None:
+def shard_balance(problems: list[Any], n: int) -> str | None:
     """One line on how shard() splits the estimated work over n GPUs (None for one GPU), and, where one problem
     holds more than a GPU's fair share, the speed-up bound that sets: a problem is the unit of sharding (its
     buffers, baseline and checks stay on one GPU), so n GPUs finish at most total / largest times sooner.
@@ -177,7 +177,7 @@ def _read_log(path: Path) -> list[dict[str, Any]]:
 
 
 class _Shard:
-    def __init__(self, index: int, gpu: int, problems: list[Problem], work: Path, top: bool = False) -> None:
+    def __init__(self, index: int, gpu: int, problems: list[Any], work: Path, top: bool = False) -> None:
         self.index, self.gpu, self.problems, self.work = index, gpu, problems, work
         self.top = top                                   # scheduler `top`: variants are their own pass
         self.skip: list[list[str]] = []
@@ -434,7 +434,7 @@ def _has_result(records: list[dict[str, Any]], kind: str, name: str, pkey: str, 
     return False
 
 
-def _op_of(the_plan: Plan, name: str, op_key: str) -> Op | None:
+def _op_of(the_plan: Plan, name: str, op_key: str) -> Any | None:
     for i in the_plan.instances:
         op = op_of(i["entry"])
         if op.key == op_key:

@@ -36,25 +36,6 @@ RULE = ("median of all launches; ties: within max(tie_tolerance x best median, m
         "tie-break: the smallest median (name order on equal medians)")
 
 
-# split-K slice counts the profiler tries on a split_k: serial instance (cutlass_profiler's --split_k_slices)
-SPLIT_K_CHOICES = (2, 3, 4, 6, 8, 12, 16)
-MIN_K_BLOCKS_PER_SLICE = 4      # a slice shorter than this many tile-k blocks cannot fill the mainloop pipeline
-
-
-def split_k_candidates(tile: tuple[int, int, int], m: int, n: int, k: int, batch: int, sm_count: int) -> list[int]:
-    """The slice counts worth timing for one problem: 1, then more while the split work units still fit in
-    two waves of the GPU (beyond that, splitting only adds the reduction) and every slice keeps at least
-    MIN_K_BLOCKS_PER_SLICE k-blocks. Large problems (a full wave of output tiles) get [1]."""
-    tm, tn, tk = tile
-    tiles = -(-m // tm) * -(-n // tn) * max(batch, 1)
-    out = [1]
-    for s in SPLIT_K_CHOICES:
-        if tiles * s > 2 * max(sm_count, 1) or k < s * MIN_K_BLOCKS_PER_SLICE * tk:
-            break
-        out.append(s)
-    return out
-
-
 def noise_ms(best: TimingStats, other: TimingStats, tie_tolerance: float) -> float:
     spread = max(tie_tolerance * best.median_ms, (best.iqr_ms + other.iqr_ms) / 2,
                  best.run_spread_ms, other.run_spread_ms)

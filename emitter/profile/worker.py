@@ -26,9 +26,9 @@ from typing import Any, Callable, TextIO
 
 import numpy as np
 
-from emitter.profile.config import Problem, ProfileConfig, problem_from_json
+from emitter.profile.config import ProfileConfig, problem_from_json
 from emitter.profile.records import (
-    CHECK_FAILED, FAILED, FAULT, NOT_APPLICABLE, OK, PRUNED, UNAVAILABLE, Measurement, Op, op_of,
+    CHECK_FAILED, FAILED, FAULT, NOT_APPLICABLE, OK, PRUNED, UNAVAILABLE, Measurement, op_of,
 )
 from emitter.profile.stats import TimingStats
 
@@ -113,7 +113,7 @@ class GpuEngine:
     def load(self, root: Path, entry: dict[str, Any]) -> Any:
         return self.backend.load(root, entry)
 
-    def prepare(self, op: Op, problem: Problem) -> Any:
+    def prepare(self, op: Any, problem: Any) -> Any:
         from emitter.kit.arena import free_memory
         from emitter.profile.timing import rotation_sets
 
@@ -277,7 +277,7 @@ class FakeEngine:
     def load(self, root: Path, entry: dict[str, Any]) -> Any:
         return self.backend.load(root, entry)
 
-    def prepare(self, op: Op, problem: Problem) -> Any:
+    def prepare(self, op: Any, problem: Any) -> Any:
         return {"op": op, "problem": problem}
 
     def extra(self, data: Any) -> dict[str, Any]:
@@ -286,7 +286,7 @@ class FakeEngine:
     def _stats(self, rate_tflops: float, data: Any, *seed: Any) -> TimingStats:
         from emitter.profile.records import min_bytes
 
-        p: Problem = data["problem"]
+        p: Any = data["problem"]
         t_ms = p.flops / (rate_tflops * 1e12) * 1e3 + (min_bytes(data["op"], p, self.config.beta) or 0) / (
             self.model["hbm_tbs"] * 1e12) * 1e3 + self.model["launch_us"] * 1e-3
         rng = np.random.default_rng(int(_unit(*seed) * 2 ** 63))
@@ -306,7 +306,7 @@ class FakeEngine:
         from emitter.verify.check import case_seed, run_case
         from emitter.verify.problems import VerifyProblem
 
-        p: Problem = data["problem"]
+        p: Any = data["problem"]
         if self.config.check:
             # emitter.verify's own case (fresh inputs, poison, reference, compare) on the problem shrunk to 64^3
             small = kernel.hooks.profile_fake_problem(kernel.config, p, self.config, 64, split_k=m.split_k,
@@ -363,14 +363,18 @@ def _baselines_of(op: Any, names: Any) -> list[str]:
 
 
 def _placeholder(op: Any, job: dict[str, Any]) -> Any:
-    """The problem a record of a kernel that could not load names: GEMM's 1x1x1, else the job's first problem
-    of the op's family."""
-    family = getattr(op, "FAMILY", "gemm")
-    if family != "gemm":
+    """The problem a record of a kernel that could not load names: its family's profile_placeholder() (GEMM:
+    1x1x1), else the job's first problem of the op's family, else the default family's placeholder."""
+    from emitter.families.registry import DEFAULT_FAMILY, entry_family, runtime_family
+
+    family = getattr(op, "FAMILY", DEFAULT_FAMILY)
+    placeholder = getattr(runtime_family(family, need=()), "profile_placeholder", None)
+    if placeholder is None:
         for pd in job.get("problems", []):
-            if pd.get("family", "gemm") == family:
+            if entry_family(pd) == family:
                 return problem_from_json(pd)
-    return Problem(1, 1, 1)
+        placeholder = runtime_family(DEFAULT_FAMILY, need=()).profile_placeholder
+    return placeholder()
 
 
 def _top(ranked: dict[str, tuple[float, int]], k: int) -> list[str]:
@@ -378,7 +382,7 @@ def _top(ranked: dict[str, tuple[float, int]], k: int) -> list[str]:
     return sorted(ranked, key=lambda n: (ranked[n][0], n))[:k]
 
 
-def _second_pass(kernel: Any, name: str, problem: Problem, config: ProfileConfig,
+def _second_pass(kernel: Any, name: str, problem: Any, config: ProfileConfig,
                  done: set[tuple[str, str, int]]) -> list[int]:
     """The run-time variants still to time on kernel `name` in a `top` sweep's second pass: every one after
     the compiled-in choices that the kernel has and that was not timed on this problem already."""
@@ -388,7 +392,7 @@ def _second_pass(kernel: Any, name: str, problem: Problem, config: ProfileConfig
     return [o for o in variants[1:] if (name, problem.key, o) not in done]
 
 
-def _variants(kernel: Any, problem: Problem, options: Any) -> list[int]:
+def _variants(kernel: Any, problem: Any, options: Any) -> list[int]:
     """The run-time option sets of `options` the kernel takes on `problem`, distinct launches only (the family's
     optional profile_variants hook; without it, the compiled-in choices only)."""
     hook = getattr(kernel.hooks, "profile_variants", None)
@@ -397,7 +401,7 @@ def _variants(kernel: Any, problem: Problem, options: Any) -> list[int]:
     return list(hook(kernel.config, problem, list(options)))
 
 
-def _splits(kernel: Any, problem: Problem, env: dict[str, Any]) -> list[int]:
+def _splits(kernel: Any, problem: Any, env: dict[str, Any]) -> list[int]:
     """The split-K slice counts a kernel is timed at on `problem` (the family's optional profile_splits hook;
     [1] without it, and for a kernel that did not load)."""
     hook = getattr(kernel.hooks, "profile_splits", None) if kernel is not None else None
@@ -440,7 +444,7 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
     _say(gpu, f"{env.get('name')}: {len(job['problems'])} problems x {len(job['instances'])} kernels")
 
     # load every kernel once; a kernel that cannot load fails on every problem, with the reason
-    kernels: "OrderedDict[str, tuple[Any, Op, str, str | None]]" = OrderedDict()
+    kernels: "OrderedDict[str, tuple[Any, Any, str, str | None]]" = OrderedDict()
     for inst in job["instances"]:
         entry, root = inst["entry"], Path(inst["root"])
         op = op_of(entry)
@@ -460,11 +464,11 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
                     return EXIT_FAULT
         kernels[entry["name"]] = (kernel, op, inst.get("manifest"), why)
 
-    ops: "OrderedDict[str, tuple[Op, list[str]]]" = OrderedDict()
+    ops: "OrderedDict[str, tuple[Any, list[str]]]" = OrderedDict()
     for name, (_k, op, _man, _why) in kernels.items():
         ops.setdefault(op.key, (op, []))[1].append(name)
 
-    def measure(n: str, split: int, opts: int, problem: Problem, op: Op, op_key: str, data: Any,
+    def measure(n: str, split: int, opts: int, problem: Any, op: Any, op_key: str, data: Any,
                 best_ms: float | None) -> Measurement | None:
         """Check and time kernel n at (split, opts) and log it; None after a CUDA fault (the worker must exit)."""
         kernel, _op, man, why = kernels[n]
@@ -502,7 +506,7 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
     for pd in job["problems"]:
         problem = problem_from_json(pd)
         for op_key, (op, names) in ops.items():
-            if getattr(op, "FAMILY", "gemm") != getattr(problem, "FAMILY", "gemm"):
+            if getattr(op, "FAMILY", None) != getattr(problem, "FAMILY", None):
                 continue          # a problem of another family: not this op's
             applies = getattr(_hooks(op), "profile_applies", None)
             if applies is not None and not applies(op, problem):

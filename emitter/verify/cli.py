@@ -132,7 +132,7 @@ def verify_cmd(out: Path, select, exclude, problem_texts, problems_file, m, n, k
     _check_data(data, families)
     user = user_problems(problem_texts, problems_file, m, n, k, batch, split_k, alpha, beta, data,
                          families=families or None)
-    from emitter.runtime.options import OptionsError, SchedulerOptions
+    from emitter.kit.scheduler import OptionsError, SchedulerOptions
     try:
         sched = SchedulerOptions.parse(scheduler or "").encode()
     except OptionsError as e:

@@ -205,7 +205,7 @@ def problems_from_strings(texts: Sequence[str], data: str = "both", families: It
     return out
 
 
-def _split(text: str | None, key: str, conv: type) -> list[Any]:
+def _split(text: str | None, key: str, cast: type) -> list[Any]:
     if text is None:
         return [None]
     vals = []
@@ -213,12 +213,12 @@ def _split(text: str | None, key: str, conv: type) -> list[Any]:
     for part in str(text).split(","):
         part = part.strip()
         try:
-            vals.append(conv(part))
+            vals.append(cast(part))
         except ValueError:
-            what = "integers" if conv is int else "numbers"
+            what = "integers" if cast is int else "numbers"
             raise SpecError(f"{flag} takes {what} (comma-separated for several)", file="<command line>",
                             key_path=flag, value=text,
-                            fix=f"{flag} 128 or {flag} 127,129" if conv is int else f"{flag} 0.5") from None
+                            fix=f"{flag} 128 or {flag} 127,129" if cast is int else f"{flag} 0.5") from None
     return vals
 
 
@@ -308,7 +308,7 @@ def load_problem_file(path: str | Path, families: Iterable[str] | None = None) -
 def plan_problems(cfg: Any, user: Sequence[VerifyProblem] | None, quick: bool = False,
                   data: str = "both", scheduler: int = 0) -> list[tuple[VerifyProblem, str | None]]:
     """(problem, skip reason or None) for one instance: the user's problems of its family, else the default
-    set; with `scheduler` (run-time scheduler options, emitter.runtime.options) set on every problem."""
+    set; with `scheduler` (run-time scheduler options, emitter.kit.scheduler) set on every problem."""
     hooks = hooks_of(cfg)
     family = type(cfg).FAMILY
     mine = [p for p in (user or ()) if p.family == family]

@@ -40,7 +40,7 @@ class VerifyOptions:
     seed: int | None = None           # base seed; None draws a fresh one (reported)
     quick: bool = False               # leave out the largest default problems
     data: str = "both"                # default problems: int, normal or both
-    scheduler: int = 0                # run-time scheduler options on every problem (emitter.runtime.options)
+    scheduler: int = 0                # run-time scheduler options on every problem (emitter.kit.scheduler)
     replay: str = ""                  # the command line that replays this run (the CLI sets it)
 
 

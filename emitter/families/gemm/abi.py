@@ -14,7 +14,7 @@ class EmitterGemmProblem(ctypes.Structure):
         ("k", ctypes.c_int),
         ("batch_count", ctypes.c_int),
         ("split_k_slices", ctypes.c_int),
-        ("options", ctypes.c_int),       # run-time scheduler options (emitter.runtime.options), 0 = compiled-in
+        ("options", ctypes.c_int),       # run-time scheduler options (emitter.kit.scheduler), 0 = compiled-in
         ("A", ctypes.c_void_p),
         ("B", ctypes.c_void_p),
         ("C", ctypes.c_void_p),

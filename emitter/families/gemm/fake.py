@@ -35,7 +35,7 @@ from numpy.lib.stride_tricks import as_strided
 from emitter.dtypes import DType
 from emitter.kit.failures import CannotImplement, CudaFault
 from emitter.kit.hostdata import poison_value
-from emitter.runtime.options import unsupported
+from emitter.families.gemm.options import unsupported
 
 FAKE_FAULTS = ("wrong", "nan", "unwritten", "noise", "wrong_ld", "swap_layout", "drop_beta", "wrong_activation",
                "skip_last_k")

@@ -56,7 +56,7 @@ class GemmProblem:
     batch_stride_b: int = 0
     batch_stride_c: int = 0
     batch_stride_d: int = 0
-    options: int = 0      # run-time scheduler options (emitter.runtime.options.SchedulerOptions.encode()), 0 = none
+    options: int = 0      # run-time scheduler options (emitter.kit.scheduler.SchedulerOptions.encode()), 0 = none
 
     FAMILY: ClassVar[str] = "gemm"
 
@@ -102,7 +102,7 @@ def problem_label(p: GemmProblem, data: str) -> str:
     if any((p.batch_stride_a, p.batch_stride_b, p.batch_stride_c, p.batch_stride_d)):
         parts.append("strided")
     if p.options:
-        from emitter.runtime.options import SchedulerOptions
+        from emitter.kit.scheduler import SchedulerOptions
         parts.append("_".join(SchedulerOptions.decode(p.options).label().split()))
     parts.append(data)
     return "_".join(parts)

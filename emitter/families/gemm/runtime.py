@@ -27,6 +27,7 @@ from emitter.families.gemm.problem import (  # noqa: F401
     DATA_KINDS, PROBLEM_KEYS, GemmProblem, default_problems, not_supported_reasons, parse_problem,
     problem_from_mapping, problem_label,
 )
+from emitter.families.gemm.profile import NAMED_SETS
 from emitter.families.gemm.reference import compare_case as compare  # noqa: F401
 from emitter.families.gemm.reference import reference_case as reference  # noqa: F401
 
@@ -55,7 +56,7 @@ def with_options(cfg: GemmConfig, p: GemmProblem, options: int) -> GemmProblem |
     """Run-time scheduler options on a problem, or why the instance has no such choice."""
     from dataclasses import replace
 
-    from emitter.runtime.options import unsupported
+    from emitter.families.gemm.options import unsupported
 
     why = unsupported(cfg, options)
     return why if why else replace(p, options=options)
@@ -92,7 +93,7 @@ def footprint(cfg: GemmConfig, p: GemmProblem) -> Footprint:
 
 # ---------------------------------------------------------------------------------------------- profile
 def profile_op(cfg: GemmConfig) -> Any:
-    from emitter.profile.records import Op
+    from emitter.families.gemm.profile import Op
 
     def lay(row: bool) -> str:
         return "row" if row else "col"
@@ -136,7 +137,7 @@ def profile_check(data: Any, cfg: Any, use_torch: bool, **run_options: Any) -> d
 def profile_problem(p: GemmProblem) -> Any:
     """The profile's problem for a parsed GEMM problem (sizes only: alpha and beta are the profile config's,
     leading dimensions and split-K the kernels'), or why it cannot be one."""
-    from emitter.profile.config import Problem
+    from emitter.families.gemm.profile import Problem
 
     plain = GemmProblem(p.m, p.n, p.k, batch=p.batch)
     if p != plain:
@@ -146,33 +147,49 @@ def profile_problem(p: GemmProblem) -> Any:
 
 
 def profile_problem_from_dict(d: Mapping[str, Any]) -> Any:
-    from emitter.profile.config import Problem
+    from emitter.families.gemm.profile import Problem
 
     return Problem.from_dict(dict(d))
 
 
 def profile_op_from_json(d: Mapping[str, Any]) -> Any:
-    from emitter.profile.records import Op
+    from emitter.families.gemm.profile import Op
 
     return Op.from_json(dict(d))
 
 
 def profile_min_bytes(op: Any, problem: Any, beta: float) -> int:
-    from emitter.profile.records import min_bytes
+    from emitter.families.gemm.profile import min_bytes
 
     return min_bytes(op, problem, beta)
 
 
+PROFILE_SETS = NAMED_SETS       # named problem sets (`--problem llm`, a profile YAML's `set: llm`)
+
+
+def profile_named_set(name: str) -> list[Any]:
+    from emitter.families.gemm.profile import named_set
+
+    return named_set(name)
+
+
+def profile_placeholder() -> Any:
+    """The problem a profile record names for a kernel that could not load (no problem of its own ran)."""
+    from emitter.families.gemm.profile import Problem
+
+    return Problem(1, 1, 1)
+
+
 def profile_variants(cfg: GemmConfig, problem: Any, options: list[int]) -> list[int]:
     """The scheduler option sets (profile config `scheduler`) the instance takes, distinct launches only."""
-    from emitter.runtime.options import distinct, unsupported
+    from emitter.families.gemm.options import distinct, unsupported
 
     return distinct(cfg, problem.m, problem.n, [o for o in options if not unsupported(cfg, o)])
 
 
 def profile_splits(cfg: GemmConfig, problem: Any, sm_count: int) -> list[int]:
     """The split-K slice counts a serial split-K instance is timed at ([1] for every other instance)."""
-    from emitter.profile.selection import split_k_candidates
+    from emitter.families.gemm.profile import split_k_candidates
 
     if cfg.split_k == "serial":
         return split_k_candidates(cfg.problem_tile, problem.m, problem.n, problem.k, problem.batch, sm_count)

@@ -21,13 +21,12 @@ from typing import Any
 import numpy as np
 
 from emitter.dtypes import DType
-from emitter.kit import workspace as wsr
-from emitter.profile.config import Problem
-from emitter.profile.records import Op
 from emitter.families.gemm.config import GemmConfig
 from emitter.families.gemm.layout import MatrixLayout
 from emitter.families.gemm.problem import GemmProblem
+from emitter.families.gemm.profile import Op, Problem
 from emitter.kit import prepare
+from emitter.kit import workspace as wsr
 from emitter.kit.failures import CannotImplement, CudaFault, LaunchFailed
 from emitter.kit.hostdata import storage_dtype
 from emitter.kit.launcher import DriverError
