@@ -2,9 +2,11 @@
 # Any-length sm90a attention on the GPU in one command (from the project root, on the H100 / H200 machine):
 #   scripts/attention_anylen.sh            # logs and the speed table under $OUT (the device tool's) or ./anylen-out
 # emits configs/attention/sm90a_anylen.yaml, builds it (-j 16), runs tests/test_attention_anylen_gpu.py (lengths
-# 1..300 and a few thousand, each causal alignment, rows without keys, GQA, planted off-by-ones, the speed of an
-# odd length against the next multiple of 8), `emitter verify` on the same build (the default problems: odd
-# lengths, one query row, rows without keys, padded rows; isolated workers), and the exported-library test
+# 1..300 and a few thousand, each causal alignment, rows without keys, GQA, planted off-by-ones built into real
+# kernels, decode through split_kv against 1..128k keys with its planted combine bug, the speed of an odd length
+# against the next multiple of 8, decode against the fastest SDPA backend), `emitter verify` on the same build
+# (the default problems: odd lengths, one query row, rows without keys, padded rows; isolated workers), and the
+# exported-library test
 # (odd lengths dispatched to sm90a, not sm80; ANYLEN_LIBRARY=0 skips it). Prints a summary; exit 0 = all passed.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -41,7 +43,7 @@ if [ "${ANYLEN_LIBRARY:-1}" = 1 ]; then
 fi
 
 echo "== summary"
-grep -E "^\| |odd length vs" "$OUTDIR/anylen_gpu.log" || true
-grep -E "CAUGHT|MISSED" "$OUTDIR/anylen_gpu.log" | awk '{print $2, $3}' | sort | uniq -c
+grep -E "^\| |odd length vs|decode, split KV|cases passed|cases on" "$OUTDIR/anylen_gpu.log" || true
+grep -E " (CAUGHT|MISSED)" "$OUTDIR/anylen_gpu.log" | sed -E 's/: .*//' | awk '{print $(NF-1), $NF}' | sort | uniq -c
 echo "any-length tests: exit $trc; emitter verify: exit $vrc; library: exit $lrc"
 [ "$trc" -eq 0 ] && [ "$vrc" -eq 0 ] && [ "$lrc" -eq 0 ]

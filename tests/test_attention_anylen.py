@@ -282,3 +282,123 @@ def test_gapped_views_make_the_strides_the_shim_checks(layout):
         assert tuple(p.stride_o) == (hq * rows_q * d, d, rows_q * d) and tuple(p.stride_k) == (hkv * rows_k * d, d, rows_k * d)
     assert tuple(p.stride_lse) == (hq * rows_q, rows_q)
     assert all(s * 2 % 16 == 0 for f in ("stride_q", "stride_k", "stride_v", "stride_o") for s in getattr(p, f))
+
+
+# ------------------------------------------------------------------------------------------------ split KV (decode)
+def split_inst(**kw):
+    base = dict(arch=Arch.sm90a, dtype=DType.bf16, head_dim=128, head_dim_v=128, tile_q=128, tile_kv=128,
+                schedule=Schedule.split_kv, mask=Mask.causal_bottom_right, lse=True, gqa=True)
+    base.update(kw)
+    return AttentionInstance(**base)
+
+
+def test_split_kv_resolves_and_names_itself():
+    from emitter.families.attention.naming import instance_name
+
+    inst = sm90a.resolve(split_inst())
+    assert isinstance(inst, AttentionInstance) and inst.persistent is False and inst.stages == 5
+    assert "_split_kv_" in instance_name(inst)
+    r = sm90a.resolve(split_inst(persistent=True))
+    assert r.rule == "sm90a-split-kv-persistent" and "persistent false" in r.reason
+    r = sm90a.resolve(split_inst(varlen=True))
+    assert r.rule == "sm90a-split-kv-varlen"
+
+
+@pytest.mark.parametrize("args,pack,splits", [
+    ((1, 32, 8, 1, 131072), 4, 33),      # decode, GQA: 8 tiles of 4 query heads, keys over 33 CTAs each
+    ((1, 32, 8, 16, 32768), 1, 9),       # 16 query rows: not packed
+    ((64, 32, 8, 1, 4096), 4, 1),        # 512 CTAs already: no split, no workspace
+    ((2, 8, 2, 4097, 4097), 1, 1),       # prefill
+    ((1, 8, 8, 1, 1000), 1, 2),          # 8 key tiles: two shares of 4 (not 33 for the SMs)
+])
+def test_split_plan(args, pack, splits):
+    plan = sm90a.split_plan(sm90a.resolve(split_inst()), *args)
+    assert (plan.pack, plan.splits) == (pack, splits)
+    assert (plan.workspace_bytes > 0) == (splits > 1)
+
+
+def _render(inst, name="anylen_split"):
+    from emitter.render import banner, render_template
+
+    r = sm90a.resolve(inst)
+    return render_template("attention/sm90a/instance.cu.j2", inst=r, name=name, ctx=sm90a.template_context(r),
+                           banner=banner("t.yaml", "0" * 64))
+
+
+def test_split_kv_render():
+    text = _render(split_inst())
+    for words in ("struct SplitLoad", "struct SplitProblem", "split_of(blk_coord, params, problem_size)",
+                  "static int bind_split", "cudaMemsetAsync", "* args.mainloop.splits", "atomicAdd(counter, 1)",
+                  "kLoadsQSeparately, cute::true_type", "using TileScheduler = cutlass::fmha::kernel::IndividualTileScheduler"):
+        assert words in text, words
+    plain = _render(split_inst(schedule=Schedule.cooperative))
+    assert "SplitProblem" not in plain and "bind_split" not in plain and "workspace_bytes = Device" not in plain
+
+
+def test_compiled_plants_find_their_text(tmp_path):
+    """Each bug the GPU test plants into a rendered instance (torch_run.COMPILED_PLANTS) finds its text exactly
+    once in an instance of configs/attention/sm90a_anylen.yaml that it applies to."""
+    import json
+
+    from emitter.emit import emit
+    from emitter.families.attention.torch_run import COMPILED_PLANTS
+
+    emit([str(ROOT / "configs" / "attention" / "sm90a_anylen.yaml")], tmp_path, jobs=1)
+    entries = json.loads((tmp_path / "manifest.json").read_text())["instances"]
+    for kind, pick, edits in COMPILED_PLANTS:
+        bases = [e for e in entries if pick(e["config"])]
+        assert bases, f"{kind}: no instance of sm90a_anylen.yaml to plant into"
+        for e in bases:
+            text = (tmp_path / e["source"]).read_text()
+            for old, _ in edits:
+                assert text.count(old) == 1, (kind, e["name"], old)
+
+
+@pytest.mark.nvcc
+def test_split_kv_instance_builds_and_plans_like_python(tmp_path):
+    """A split_kv instance through emit + build (device cubin and host shim, -DNDEBUG, no serialized wgmma);
+    its shim, asked without a GPU, packs, splits and sizes the workspace as sm90a.split_plan says."""
+    import ctypes
+    import json
+    import sys
+
+    spec = tmp_path / "split.yaml"
+    spec.write_text("kernels:\n  - family: attention\n    arch: sm90a\n    dtype: bf16\n    head_dim: 128\n"
+                    "    tile: 128x128\n    schedule: split_kv\n    mask: causal_bottom_right\n    lse: true\n"
+                    "    gqa: true\n")
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, "-m", "emitter", "emit", str(spec), "-o", str(out)], capture_output=True,
+                       text=True, cwd=ROOT, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = subprocess.run([sys.executable, "-m", "emitter", "build", str(out), "-j", "1", "--no-progress"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=1800)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    [entry] = json.loads((out / "manifest.json").read_text())["instances"]
+    name = entry["name"]
+    record = json.loads((out / "build" / name / "record.json").read_text())
+    assert record["status"] in ("ok", "cached") and not record.get("serialized_wgmma")
+
+    from emitter.families.attention.abi import AttentionShim, EmitterAttentionProblem
+    shim = AttentionShim(out / record["artifacts"]["host"], name)
+    reason = getattr(shim.lib, f"emitter_{name}_reason")
+    reason.restype = ctypes.c_char_p
+    inst = AttentionInstance.from_config(entry["config"])
+    for b, hq, hkv, sq, sk in ((1, 32, 8, 1, 131072), (1, 32, 8, 16, 32768), (8, 32, 8, 1, 8192), (2, 8, 2, 4097, 4097),
+                               (3, 8, 2, 1, 77), (1, 8, 1, 1, 1), (4, 64, 8, 3, 5000)):
+        p = EmitterAttentionProblem(batch=b, heads_q=hq, heads_kv=hkv, seq_q=sq, seq_k=sk, head_dim=128, head_dim_v=128)
+        status, launch = shim.query(p)
+        assert status == 0, reason()
+        assert launch.workspace_bytes == sm90a.split_plan(inst, b, hq, hkv, sq, sk).workspace_bytes, (b, hq, hkv, sq, sk)
+
+
+def test_library_dispatch_puts_split_kv_first_for_decode_only():
+    from emitter.families.attention.library import DECODE_SEQ, AttentionKernel, candidates
+
+    def k(i, schedule):
+        return AttentionKernel(i, f"k{i}", sm90a.resolve(split_inst(schedule=schedule, mask=Mask.none)), 1)
+    ks = [k(0, Schedule.cooperative), k(1, Schedule.split_kv), k(2, Schedule.pingpong)]
+    q = dict(dtype=1, head_dim=128, head_dim_v=128, mask=0, varlen=False, heads_q=32, heads_kv=8, seq_k=32768, lse=True)
+    for sq in (1, 7, DECODE_SEQ):
+        assert [c.index for c in candidates(ks, cc=90, seq_q=sq, **q)][0] == 1
+    for sq in (DECODE_SEQ + 1, 4096):
+        assert [c.index for c in candidates(ks, cc=90, seq_q=sq, **q)][-1] == 1

@@ -30,7 +30,9 @@ pytestmark = pytest.mark.gpu
 
 torch = pytest.importorskip("torch")
 
-ROOT = os.environ.get("EMITTER_ATTENTION_ANYLEN_BUILD", "")
+# scripts/attention_anylen.sh builds configs/attention/sm90a_anylen.yaml alone; scripts/gpu_suite.sh builds it
+# together with sm90a_verify.yaml into EMITTER_ATTENTION_SM90A_BUILD
+ROOT = os.environ.get("EMITTER_ATTENTION_ANYLEN_BUILD") or os.environ.get("EMITTER_ATTENTION_SM90A_BUILD", "")
 DT = {"f16": torch.float16, "bf16": torch.bfloat16}
 EDGES = [1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 77, 100, 127, 128, 129, 191, 192, 193, 197, 255,
          256, 257, 299, 300]
@@ -44,7 +46,8 @@ def _skip_reason() -> str | None:
     if torch.cuda.get_device_capability() != (9, 0):
         return "sm90a kernels need a compute capability 9.0 GPU"
     if not ROOT or not (Path(ROOT) / "manifest.json").is_file():
-        return "EMITTER_ATTENTION_ANYLEN_BUILD does not name an emitted + built sm90a attention directory"
+        return ("EMITTER_ATTENTION_ANYLEN_BUILD (or EMITTER_ATTENTION_SM90A_BUILD) does not name an emitted + built "
+                "sm90a attention directory")
     return None
 
 
@@ -57,10 +60,11 @@ def kernels():
 
     torch.cuda.init()
     torch.empty(1, device="cuda")
+    # any key length needs the key tail (a key_tail: false instance takes seq_k % tile_kv == 0 only)
     out = {name: (cfg, AttentionKernel(ROOT, name)) for name, cfg in manifest_configs(ROOT).items()
-           if cfg["arch"] == "sm90a" and not cfg["varlen"]}
+           if cfg["arch"] == "sm90a" and not cfg["varlen"] and cfg["key_tail"]}
     if not out:
-        pytest.skip(f"no fixed-length sm90a attention instance in {ROOT}")
+        pytest.skip(f"no fixed-length sm90a attention instance with the key tail in {ROOT}")
     return out
 
 
@@ -249,3 +253,170 @@ def test_odd_length_speed_vs_next_multiple_of_8(kernels):
     if report:
         Path(report).write_text(json.dumps({"gpu": gpu, "rows": rows, "goal": GOAL}, indent=1))
     assert not misses, f"below {GOAL:.2f}x of the aligned length: " + "; ".join(misses)
+
+
+# ------------------------------------------------------------------------------------------------ decode (split KV)
+DECODE = [(1, 1), (1, 77), (1, 4097), (1, 32769), (2, 1000), (3, 4097), (7, 300), (8, 8192), (13, 513), (16, 16384),
+          (16, 1), (1, 131072)]
+
+
+def _split_kernels(kernels):
+    out = {n: v for n, v in kernels.items() if v[0]["schedule"] == "split_kv"}
+    if not out:
+        pytest.skip("no split_kv instance in the build")
+    return out
+
+
+def _plan(cfg, b, hq, hkv, sq, sk):
+    from emitter.families.attention import sm90a
+    from emitter.families.attention.model import AttentionInstance
+
+    return sm90a.split_plan(AttentionInstance.from_config(cfg), b, hq, hkv, sq, sk)
+
+
+def test_decode_split_kv(kernels):
+    """seq_q 1..16 against 1 to 128k keys, GQA (one query row: the query heads of a KV head packed into one
+    tile), MQA and equal heads, gapped rows checked one by one; most cases must really split the keys."""
+    results, split_cases = [], 0
+    for name, (cfg, kern) in _split_kernels(kernels).items():
+        heads = ((32, 8), (8, 1), (4, 4)) if cfg["gqa"] else ((8, 8),)
+        for i, (sq, sk) in enumerate(DECODE):
+            for hq, hkv in heads:
+                if sk > 40000 and hq > 8:
+                    continue                      # the float64 reference of 32 heads x 128k keys: too large
+                b = 1 if sk > 8192 else 2
+                results.append((name, sq, sk, _case(cfg, kern, sq, sk, b=b, hq=hq, hkv=hkv, seed=i)))
+                split_cases += _plan(cfg, b, hq, hkv, sq, sk).splits > 1
+    bad = _failures(results)
+    assert not bad, f"{len(bad)} of {len(results)} decode cases failed:\n" + "\n".join(bad[:30])
+    assert split_cases >= len(results) // 2, (split_cases, len(results))
+    print(f"\ndecode: {len(results)} cases passed, {split_cases} of them split over CTAs")
+
+
+@pytest.fixture(scope="module")
+def compiled_plants(kernels, tmp_path_factory):
+    """torch_run.COMPILED_PLANTS built into copies of the instances they apply to (renamed <name>_bug_<kind>),
+    beside the real build: {kind: (config, kernel)}."""
+    from emitter.build import BuildOptions, build
+    from emitter.families.attention.torch_run import COMPILED_PLANTS, AttentionKernel
+    from emitter.manifest import load, write
+
+    data = load(ROOT)
+    real = [e for e in data["instances"] if e["name"] in kernels]
+    work = tmp_path_factory.mktemp("anylen_plants")
+    entries = []
+    for kind, pick, edits in COMPILED_PLANTS:
+        base = next((e for e in real if pick(e["config"])), None)
+        if base is None:
+            continue
+        text = (Path(ROOT) / base["source"]).read_text()
+        for old, new in edits:
+            assert text.count(old) == 1, f"planting {kind}: {base['name']}.cu does not hold {old!r} once"
+            text = text.replace(old, new)
+        name = f"{base['name']}_bug_{kind}"
+        (work / f"{name}.cu").write_text(text.replace(base["name"], name))
+        entries.append({**base, "name": name, "source": f"{name}.cu", "planted": kind})
+    if not entries:
+        pytest.skip("no instance to plant into")
+    write(work, {**data, "instances": entries})
+    summary = build(work, options=BuildOptions(jobs=int(os.environ.get("EMITTER_TEST_JOBS", "16"))))
+    failed = {r.name: (r.error or "")[:600] for r in summary.results if r.status not in ("ok", "cached")}
+    assert not failed, f"planted variants must build (the bug is in the logic, not the syntax): {failed}"
+    return {e["planted"]: (e["config"], AttentionKernel(work, e["name"])) for e in entries}
+
+
+def test_compiled_plants_caught_for_their_reason(compiled_plants):
+    """Each level's predicate off by one (LSE row, O descriptor extent, key tail) and a split-KV combine that
+    drops a share, built into a real kernel, FAILS the row check for that reason."""
+    from emitter.families.attention.torch_run import expected_reason
+
+    lines = []
+    for kind, (cfg, kern) in compiled_plants.items():
+        if kind == "split_drops_share":
+            b, hq, hkv, sq, sk = 1, 8, 2, 1, 4097
+            assert _plan(cfg, b, hq, hkv, sq, sk).splits > 1
+        else:
+            b, sq, sk = 2, 77, 45
+            hq, hkv = _heads(cfg)
+        v = _case(cfg, kern, sq, sk, b=b, hq=hq, hkv=hkv, seed=3)
+        ok = v["status"] == "FAILED" and expected_reason(kind, v, rows=b * hq, lse=cfg["lse"])
+        lines.append(f"{kern.name:90s} {'CAUGHT' if ok else 'MISSED'}: {v['reason']}")
+    print("\n" + "\n".join(lines))
+    assert all(" CAUGHT:" in line for line in lines), "\n".join(lines)
+
+
+DECODE_SPEED = [   # (case, batch, heads_q, heads_kv, seq_q, seq_k)
+    ("decode GQA 32/8, 128k keys", 1, 32, 8, 1, 131072),
+    ("decode GQA 32/8, 32k keys", 1, 32, 8, 1, 32768),
+    ("decode GQA 32/8, batch 8 x 8k", 8, 32, 8, 1, 8192),
+    ("decode GQA 32/8, batch 32 x 4k", 32, 32, 8, 1, 4096),
+    ("speculative 16 rows, GQA 32/8, 32k", 1, 32, 8, 16, 32768),
+    ("decode MHA 32, 32k keys", 1, 32, 32, 1, 32768),
+]
+
+
+def _sdpa_backend_ms(q, k, v):
+    """The fastest torch SDPA backend on the same tensors (no mask: seq_q <= 16 rows against >= 4k keys, the
+    bottom-right diagonal hides at most 120 pairs): (name, ms), per backend None where it refuses."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from emitter.families.attention.torch_run import time_ms
+
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+    gqa = qt.shape[1] != kt.shape[1]
+    out = {}
+    for label, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
+                           ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
+        def run(backend=backend):
+            with sdpa_kernel([backend]):
+                F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=gqa)
+        try:
+            run()
+            torch.cuda.synchronize()
+            out[label] = time_ms(run, iters=50)
+        except Exception:       # noqa: BLE001 - a backend that refuses the shape is left out
+            out[label] = None
+    return out
+
+
+def test_decode_speed_vs_sdpa(kernels):
+    """Decode time of the split_kv kernel against the fastest SDPA backend and against the same dtype / head
+    dim's one-CTA-per-tile kernel where the build has one: reported (K/V bytes over time as GB/s), not asserted."""
+    from emitter.families.attention.torch_run import time_ms
+
+    split = _split_kernels(kernels)
+    rows = []
+    for name, (cfg, kern) in split.items():
+        d, dt = cfg["head_dim"], DT[cfg["dtype"]]
+        plain = next(((n, k) for n, (c, k) in kernels.items() if c["schedule"] == "cooperative" and c["dtype"] == cfg["dtype"]
+                      and c["head_dim"] == d and c["mask"] == cfg["mask"] and c["gqa"] == cfg["gqa"]), None)
+        for label, b, hq, hkv, sq, sk in DECODE_SPEED:
+            if hq != hkv and not cfg["gqa"]:
+                continue
+            mk = (lambda s, h: torch.randn((b, s, h, d), device="cuda").to(dt)) if cfg["layout"] == "bshd" else \
+                 (lambda s, h: torch.randn((b, h, s, d), device="cuda").to(dt).transpose(1, 2))
+            q, k, v, o = mk(sq, hq), mk(sk, hkv), mk(sk, hkv), mk(sq, hq)
+            ms = time_ms(kern.prepare(q, k, v, o, None, 0.0), iters=50)
+            plain_ms = time_ms(plain[1].prepare(q, k, v, o, None, 0.0), iters=50) if plain else None
+            sd = _sdpa_backend_ms(q, k, v)
+            best = min(((t, n) for n, t in sd.items() if t is not None), default=(None, None))
+            gb = 2 * b * sk * hkv * d * q.element_size() / 1e9
+            rows.append({"case": label, "kernel": name, "ms": ms, "gbs": gb / ms * 1e3, "plain_ms": plain_ms,
+                         "sdpa": sd, "best_sdpa": best[1], "best_sdpa_ms": best[0],
+                         "splits": _plan(cfg, b, hq, hkv, sq, sk).splits, "pack": _plan(cfg, b, hq, hkv, sq, sk).pack})
+    gpu = torch.cuda.get_device_name()
+    lines = [f"decode, split KV ({gpu}; median of 50 launches; GB/s = K and V bytes read once / time)",
+             "| case | kernel | pack x splits | us | GB/s | one CTA a tile us | fastest SDPA | us | SDPA / emitter |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        plain_text = "—" if r["plain_ms"] is None else f"{r['plain_ms'] * 1e3:.0f}"
+        sd_text = "—" if r["best_sdpa_ms"] is None else f"{r['best_sdpa_ms'] * 1e3:.0f}"
+        ratio = "—" if r["best_sdpa_ms"] is None else f"{r['best_sdpa_ms'] / r['ms']:.2f}"
+        lines.append(f"| {r['case']} | {r['kernel']} | {r['pack']} x {r['splits']} | {r['ms'] * 1e3:.0f} | "
+                     f"{r['gbs']:.0f} | {plain_text} | {r['best_sdpa'] or '—'} | {sd_text} | {ratio} |")
+    print("\n" + "\n".join(lines))
+    report = os.environ.get("EMITTER_ANYLEN_REPORT")
+    if report:
+        path = Path(report).with_name(Path(report).stem + "_decode.json")
+        path.write_text(json.dumps({"gpu": gpu, "rows": rows}, indent=1))

@@ -56,6 +56,15 @@ ATTENTION_SPEC = """\
     schedule: cooperative
     mask: causal_top_left
     key_tail: false
+  - family: attention
+    arch: sm90a
+    dtype: f16
+    head_dim: 128
+    tile: 128x128
+    schedule: split_kv
+    mask: none
+    lse: true
+    gqa: true
 """
 SPEC = GEMM_SPEC + ATTENTION_SPEC
 CXX = shutil.which("g++") or shutil.which("c++")
@@ -93,7 +102,7 @@ def test_export_writes_the_attention_pieces(exported):
     d, r = exported
     out = d / "lib"
     ks = attention_kernels(out)
-    assert len(ks) == 9
+    assert len(ks) == 10                        # 9 + the split_kv (decode) kernel
     man = json.loads((out / "manifest.json").read_text())
     files = man["files"]
     cmake = (out / "CMakeLists.txt").read_text()

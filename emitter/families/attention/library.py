@@ -18,7 +18,8 @@ Dispatch (no tuning table holds attention entries yet: `emitter profile` records
 candidates are the kernels whose compiled operation matches the problem (dtype, head dims, mask, varlen;
 GQA when heads_kv != heads_q; LSE when an LSE pointer is given; key-tail masking when seq_k is not a tile_kv
 multiple) and that run on the device; they are tried in the order of `order_key` (mirrored in C by the api
-piece): arch-specific kernels of the device first (sm90a on cc 9.0), then fewer unused features (an LSE
+piece): arch-specific kernels of the device first (sm90a on cc 9.0), then split_kv kernels first for decode
+(seq_q <= DECODE_SEQ) and last otherwise, then fewer unused features (an LSE
 kernel for a problem without LSE, a GQA kernel for equal heads), then tile area (larger first when
 seq_q >= LONG_SEQ, smaller first below), then name. The first whose host shim accepts runs.
 """
@@ -30,10 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from emitter.families.attention.model import Arch, AttentionInstance, Mask
+from emitter.families.attention.model import Arch, AttentionInstance, Mask, Schedule
 
 MASKS = {Mask.none: 0, Mask.causal_top_left: 1, Mask.causal_bottom_right: 2}
 LONG_SEQ = 512          # seq_q at and above which larger tiles come first
+DECODE_SEQ = 16         # seq_q up to which split_kv kernels come first (they split long key ranges over CTAs)
 _NAME_RE = re.compile(r"^[a-z0-9_]+$")
 C_FUNCTIONS = (
     ("attention_problem_init", "None", ("ctypes.c_void_p",)),
@@ -116,6 +118,10 @@ class AttentionKernel:
         return self.inst.arch is Arch.sm90a
 
     @property
+    def split_kv(self) -> bool:
+        return self.inst.schedule is Schedule.split_kv
+
+    @property
     def mask_code(self) -> int:
         return MASKS[self.inst.mask]
 
@@ -128,7 +134,8 @@ def order_key(k: AttentionKernel, cc: int, seq_q: int, lse: bool, gqa: bool) -> 
     computes the same key."""
     unused = int(k.inst.lse and not lse) + int(k.inst.gqa and not gqa)
     area = k.inst.tile_q * k.inst.tile_kv
-    return (0 if (k.arch_specific and k.cc == cc) else 1, -k.cc, unused, -area if seq_q >= LONG_SEQ else area,
+    split = (0 if seq_q <= DECODE_SEQ else 2) if k.split_kv else 1
+    return (0 if (k.arch_specific and k.cc == cc) else 1, -k.cc, split, unused, -area if seq_q >= LONG_SEQ else area,
             k.index)
 
 
@@ -189,7 +196,7 @@ def library_pieces(entries: Sequence[dict[str, Any]], roots: dict[str, Path], ct
     by_name = {e["name"]: e for e in entries}
     env = environment()
     actx = dict(ctx, akernels=kernels, problem_fields=PROBLEM_FIELDS, selection_fields=SELECTION_FIELDS,
-                long_seq=LONG_SEQ, **abi_sizes(), dtype_of={v: k for k, v in dtype_codes.items()})
+                long_seq=LONG_SEQ, decode_seq=DECODE_SEQ, **abi_sizes(), dtype_of={v: k for k, v in dtype_codes.items()})
 
     def render(template: str, **more: Any) -> str:
         return env.get_template(f"attention/library/{template}").render(**actx, **more)
@@ -227,5 +234,5 @@ def library_pieces(entries: Sequence[dict[str, Any]], roots: dict[str, Path], ct
     )
 
 
-__all__ = ["library_pieces", "candidates", "order_key", "kernel_records", "AttentionKernel", "PROBLEM_FIELDS",
+__all__ = ["library_pieces", "candidates", "order_key", "kernel_records", "AttentionKernel", "DECODE_SEQ", "PROBLEM_FIELDS",
            "SELECTION_FIELDS", "MASKS", "LONG_SEQ"]

@@ -60,6 +60,7 @@ class Schedule(Enum):
     tma = "tma"                    # sm90a: FmhaKernelTma (no warp specialization)
     cooperative = "cooperative"    # sm90a: FmhaKernelTmaWarpSpecialized, consumer warp groups share a tile
     pingpong = "pingpong"          # sm90a: FmhaKernelTmaWarpSpecialized, consumer warp groups alternate
+    split_kv = "split_kv"          # sm90a: cooperative, a tile's keys split over CTAs, partials combined in-kernel
 
     def __str__(self) -> str:
         return self.value
@@ -90,7 +91,7 @@ AUTO = 0  # integer fields: 0 means "derive" (stages)
 
 DTYPES = {Arch.sm80: (DType.f16, DType.bf16), Arch.sm90a: (DType.f16, DType.bf16, DType.e4m3)}
 SCHEDULES = {Arch.sm80: (Schedule.auto, Schedule.multistage),
-             Arch.sm90a: (Schedule.auto, Schedule.tma, Schedule.cooperative, Schedule.pingpong)}
+             Arch.sm90a: (Schedule.auto, Schedule.tma, Schedule.cooperative, Schedule.pingpong, Schedule.split_kv)}
 HEAD_DIMS = (32, 64, 96, 128, 256)   # the spec's vocabulary; each arch module narrows it with a reason
 
 

@@ -12,8 +12,10 @@ What the instance compiles (templates/attention/sm90a/, level by level):
   6 device     the host shim: problem -> Arguments, every TMA stride / alignment rule checked first
   7 entry      extern "C" __global__ with Params by value (__grid_constant__), the C ABI
 
-Schedules: `cooperative` (two consumer warp groups share a 128-row Q tile; persistent optional) and
-`pingpong` (upstream's builder spelling of it: persistent, Q loaded by its own producer warp). `tma`
+Schedules: `cooperative` (two consumer warp groups share a 128-row Q tile; persistent optional),
+`pingpong` (upstream's builder spelling of it: persistent, Q loaded by its own producer warp) and `split_kv`
+(decode: cooperative, a query block's keys shared by several CTAs whose partial results the last one
+combines in the epilogue level; one query row packs a KV head's query heads into one tile; split_plan). `tma`
 (FmhaKernelTma, no warp specialization) is refused: slower, and not emitted here. Variable sequence
 lengths (varlen: true): cooperative, non-persistent, key tail on, packed [total, heads, dim]; the loads
 read each sequence through descriptors offset per sequence (rows past its end clipped), the epilogue
@@ -131,10 +133,19 @@ def _resolve(inst: AttentionInstance) -> AttentionInstance:
     if schedule is Schedule.tma:
         _fail("sm90a-schedule-tma",
               "schedule tma (FmhaKernelTma, no warp specialization) is not emitted: use cooperative or pingpong")
-    if schedule not in (Schedule.cooperative, Schedule.pingpong):
-        _fail("sm90a-schedule", f"schedule {schedule} is not an sm90a attention schedule: use cooperative or pingpong")
+    if schedule not in (Schedule.cooperative, Schedule.pingpong, Schedule.split_kv):
+        _fail("sm90a-schedule", f"schedule {schedule} is not an sm90a attention schedule: use cooperative, pingpong "
+                                f"or split_kv")
     if schedule is Schedule.pingpong:
         persistent = True      # upstream's FmhaBuilder: ping-pong = persistent + Q loaded by its own warp
+    if schedule is Schedule.split_kv:
+        if persistent:
+            _fail("sm90a-split-kv-persistent",
+                  "schedule split_kv runs one CTA per (query block, key split): use persistent false")
+        if inst.varlen:
+            _fail("sm90a-split-kv-varlen",
+                  "schedule split_kv splits the keys of fixed-length problems (decode); varlen instances keep "
+                  "schedule cooperative: use one or the other")
 
     if inst.tile_q != TILE_Q:
         _fail("sm90a-tile-q",
@@ -180,6 +191,40 @@ def _resolve(inst: AttentionInstance) -> AttentionInstance:
     return resolved.replace(stages=stages)
 
 
+SPLIT_TARGET_CTAS = 2 * 132     # split_kv: CTAs enough for two waves of an H100's / H200's 132 SMs
+SPLIT_MIN_TILES = 4             # key tiles a share runs at least
+SPLIT_MAX = 64
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    pack: int                   # > 1: the query heads of a KV head packed into the rows of one tile
+    splits: int                 # CTAs sharing a query block's keys
+    workspace_bytes: int
+
+
+def split_plan(inst: AttentionInstance, batch: int, heads_q: int, heads_kv: int, seq_q: int, seq_k: int) -> SplitPlan:
+    """What a split_kv instance's shim does with a problem (templates/attention/sm90a/device.cu.j2, split_shape,
+    split_count, split_layout; tests/test_attention_anylen.py compares them): one query row with grouped heads
+    packs the group into one tile's rows; the shares are enough for SPLIT_TARGET_CTAS CTAs, at least
+    SPLIT_MIN_TILES key tiles each, at most SPLIT_MAX; the workspace holds a counter per (batch, head, 16 rows)
+    and per share the LSE and the normalized O (f32) of every row."""
+    group = heads_q // heads_kv
+    pack = group if seq_q == 1 and 1 < group <= inst.tile_q else 1
+    heads, rows_q = (heads_kv, group) if pack > 1 else (heads_q, seq_q)
+    ctas = -(-rows_q // inst.tile_q) * batch * heads
+    tiles = -(-seq_k // inst.tile_kv)
+    splits = max(1, min(-(-SPLIT_TARGET_CTAS // ctas), max(1, tiles // SPLIT_MIN_TILES), SPLIT_MAX))
+    if splits == 1:
+        return SplitPlan(pack, 1, 0)
+    pairs = batch * heads
+    halves = 2 * -(-rows_q // inst.tile_q)
+    rows = pairs * splits * rows_q
+    lse = _round_up(pairs * halves * 4 * 4, 256)          # a counter per 16 rows (a consumer warp's)
+    o = lse + _round_up(rows * 4, 256)
+    return SplitPlan(pack, splits, o + rows * inst.head_dim * 4)
+
+
 def _mask_text(inst: AttentionInstance) -> str:
     parts = []
     if inst.mask is Mask.causal_top_left:
@@ -195,9 +240,10 @@ def _mask_text(inst: AttentionInstance) -> str:
 
 def template_context(inst: AttentionInstance) -> dict[str, Any]:
     """What the templates print: C++ spellings from enums and checked integers only."""
-    if inst.stages == AUTO or inst.schedule not in (Schedule.cooperative, Schedule.pingpong):
+    if inst.stages == AUTO or inst.schedule not in (Schedule.cooperative, Schedule.pingpong, Schedule.split_kv):
         raise ValueError("template_context needs a resolved sm90a instance (attention/sm90a.py resolve)")
     pingpong = inst.schedule is Schedule.pingpong
+    split_kv = inst.schedule is Schedule.split_kv
     persistent = bool(inst.persistent)
     scheduler = "PersistentTileScheduler" if persistent else "IndividualTileScheduler"
     return {
@@ -209,22 +255,26 @@ def template_context(inst: AttentionInstance) -> dict[str, Any]:
         "mma_warp_groups": MMA_WARP_GROUPS,
         "schedule": inst.schedule.value,
         "persistent": persistent,
-        # upstream's ping-pong loads Q in its own warp; GQA needs that too (Q and K/V index different heads)
-        "loads_q_separately": pingpong or bool(inst.gqa) or bool(inst.varlen),
+        # upstream's ping-pong loads Q in its own warp; GQA needs that too (Q and K/V index different heads),
+        # and so do varlen and split_kv (their own K/V loads)
+        "loads_q_separately": pingpong or bool(inst.gqa) or bool(inst.varlen) or split_kv,
         "causal": inst.mask is not Mask.none,
         "bottom_right": inst.mask is Mask.causal_bottom_right,
         "key_tail": bool(inst.key_tail),
         "lse": bool(inst.lse),
         "gqa": bool(inst.gqa),
         "varlen": bool(inst.varlen),
+        "split_kv": split_kv,
         "layout": inst.layout.value,
         "vector_elements": 16 // (inst.dtype.bits // 8),
         "mask_text": _mask_text(inst),
         "scheduler_cpp": f"cutlass::fmha::kernel::{scheduler}",
         "scheduler_text": (f"{scheduler}: " + ("a grid of SM-count CTAs walking (q block, batch, head) tiles"
-                                               if persistent else "one CTA per (q block, batch, head)")),
+                                               if persistent else "one CTA per (q block, key split, batch, head)"
+                                               if split_kv else "one CTA per (q block, batch, head)")),
         "smem_bytes": smem_bytes(inst, inst.stages).total,
     }
 
 
-__all__ = ["resolve", "template_context", "smem_bytes", "SMEM_CAPACITY", "HEAD_DIMS", "TILES_KV", "TILE_Q"]
+__all__ = ["resolve", "template_context", "smem_bytes", "split_plan", "SplitPlan", "SMEM_CAPACITY", "HEAD_DIMS",
+           "TILES_KV", "TILE_Q"]

@@ -118,22 +118,27 @@ class AttentionKernel:
             p = self.problem_varlen(q, k, v, o, cu_seqlens_q, cu_seqlens_k, lse, scale)
         else:
             p = self.problem(q, k, v, o, lse, scale)
-        status, _ = self.shim.query(p)
+        status, sizes = self.shim.query(p)
         if status != 0:
             raise CannotRun(status, self.reason())
+        # split_kv instances: the shares' partial results and counters (the shim zeroes the counters on `stream`)
+        workspace = (torch.empty(int(sizes.workspace_bytes), dtype=torch.uint8, device=q.device)
+                     if int(sizes.workspace_bytes) > 0 else None)
         handle = torch.cuda.current_stream().cuda_stream if stream is None else stream
-        status, params, launch = self.shim.initialize(p, None, handle, 1 << 16)
+        status, params, launch = self.shim.initialize(p, None if workspace is None else workspace.data_ptr(), handle,
+                                                      1 << 16)
         if status != 0:
             raise CannotRun(status, self.reason())
         packed = PackedParams(params)
         grid, block, shared = tuple(launch.grid), tuple(launch.block), int(launch.shared_bytes)
-        keep = (q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k)
+        keep = (q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, workspace)
 
         def run() -> None:
             _ = keep
             self.kernel.launch(grid, block, shared, handle, packed)
         run.info = {"grid": grid, "block": block, "shared_bytes": shared, "params_bytes": len(params),
-                    "params_align": int(launch.params_align)}
+                    "params_align": int(launch.params_align), "workspace_bytes": int(sizes.workspace_bytes)}
+        run.workspace = workspace
         return run
 
     def __call__(self, q, k, v, o, lse=None, scale: float = 0.0, *, cu_seqlens_q=None, cu_seqlens_k=None) -> None:
@@ -330,13 +335,41 @@ def row_verdict(o_rows, lse_rows, want_o, want_lse, dtype: str) -> dict[str, Any
             "first_stray_row": int(np.argwhere(stray)[0][2]) + sq if stray.any() else None, **counts}
 
 
+# Bugs planted in the rendered source of an instance (its own predicates off by one, a combine that drops a
+# share), built beside the real ones by the GPU tests: (kind, which configs, [(exact text, replacement)]). Each
+# must be caught for its reason (expected_reason).
+COMPILED_PLANTS = (
+    # the LSE store's row predicate one row late: row seq_q written
+    ("lse_row_past_end", lambda c: c["lse"] and not c["varlen"] and c["schedule"] != "split_kv",
+     [("* get<0>(tile_shape) < seqlen_q) {", "* get<0>(tile_shape) <= seqlen_q) {")]),
+    # the O descriptor one row longer than the sequence: TMA stores row seq_q
+    ("o_row_past_end", lambda c: not c["varlen"] and c["schedule"] != "split_kv",
+     [("return Params{UpstreamEpilogue::to_underlying_arguments(problem_size, args, workspace),",
+       "return Params{UpstreamEpilogue::to_underlying_arguments(cute::make_tuple(get<0>(problem_size), "
+       "get<1>(problem_size), get<2>(problem_size) + 1, get<3>(problem_size), get<4>(problem_size)), args, workspace),")]),
+    # the key tail one key late: key seq_k (zero-filled by TMA) visible, where causality does not hide it
+    ("key_tail_one_late", lambda c: c["key_tail"] and c["lse"] and not c["varlen"] and c["schedule"] != "split_kv"
+     and c["mask"] != "causal_bottom_right",
+     [("masked = masked || k >= seq_k;", "masked = masked || k > seq_k;")]),
+    # the split-KV combine without the first share
+    ("split_drops_share", lambda c: c["schedule"] == "split_kv" and c["lse"],
+     [("          for (int s = 0; s < splits; ++s) {\n            const float w",
+       "          for (int s = 1; s < splits; ++s) {\n            const float w")]),
+)
+
+
 def expected_reason(plant: str, verdict: dict[str, Any], *, rows: int, lse: bool = True) -> bool:
-    """A planted off-by-one is caught for its reason: rows_past_end -> exactly the row seq_q of each of the
-    `rows` (batch, head) pairs stored; last_row_dropped -> exactly those rows' last row missing; key_past_end ->
-    with LSE: LSE too high somewhere and never too low (an extra visible key only adds probability mass);
-    without: O off on some rows, every row written and none past the end."""
-    if plant == "rows_past_end":
+    """A planted bug is caught for its reason: rows_past_end / lse_row_past_end / o_row_past_end -> exactly the
+    row seq_q of each of the `rows` (batch, head) pairs stored; last_row_dropped -> exactly those rows' last
+    row missing; key_past_end / key_tail_one_late -> with LSE: LSE too high somewhere and never too low (an
+    extra visible key only adds probability mass); without: O off on some rows, every row written and none past
+    the end; split_drops_share -> LSE too low somewhere and never too high (a share's mass missing)."""
+    if plant in ("rows_past_end", "lse_row_past_end", "o_row_past_end"):
         return verdict["stray_rows"] == rows and verdict["first_stray_row"] is not None
+    if plant == "split_drops_share":
+        return verdict["lse_low_rows"] > 0 and verdict["lse_high_rows"] == 0 and verdict["stray_rows"] == 0
+    if plant == "key_tail_one_late":
+        plant = "key_past_end"
     if plant == "last_row_dropped":
         return verdict["unwritten_rows"] == rows
     if plant == "key_past_end":
@@ -365,5 +398,5 @@ def time_ms(run, *, warmup: int = 5, iters: int = 30) -> float:
 
 
 __all__ = ["AttentionKernel", "CannotRun", "reference", "reference_varlen", "compare", "manifest_configs", "GAP",
-           "PLANTS", "gapped_tensors", "rows_view", "run_gapped", "check_gapped", "row_verdict", "expected_reason",
-           "time_ms"]
+           "PLANTS", "COMPILED_PLANTS", "gapped_tensors", "rows_view", "run_gapped", "check_gapped", "row_verdict",
+           "expected_reason", "time_ms"]
