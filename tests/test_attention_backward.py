@@ -233,3 +233,47 @@ def test_one_backward_instance_compiles(emitted, tmp_path):
     summary = build(out, options=BuildOptions())
     (r,) = summary.results
     assert r.status in ("ok", "cached"), r.error
+    _host_shim_answers(out, data["instances"][0])
+
+
+def _host_shim_answers(root, entry):
+    """The built host shim's can-implement, launch shape and workspace through ctypes (no GPU needed: query
+    reads no device memory; without a device the key-split count assumes 132 SMs)."""
+    import dataclasses
+
+    from emitter.kit.shim import HostShim
+
+    name = entry["name"]
+    cfg = rt.config_from_entry(entry)
+    shim = HostShim(root / "build" / name / f"lib{name}.so", name)
+    ok = make_problem(batch=2, heads_q=8, heads_kv=2, seq_q=130, seq_k=300, head_dim=64, layout="bhsd")
+    status, launch = shim.query(rt.c_problem(cfg, ok, {}))
+    assert status == 0
+    key_blocks = -(-300 // cfg.tile_kv)
+    assert 1 <= launch.grid[0] <= key_blocks and tuple(launch.grid)[1:] == (8, 2)     # (splits, heads_q, batch)
+    assert tuple(launch.block) == (backward_sm80.threads(cfg.instance), 1, 1)
+    assert launch.shared_bytes == backward_sm80.smem_bytes(cfg.instance)
+    # delta and LSE rows (seq_q rounded up to 32) of every (batch, head), the per-query-head dK / dV of the group sum
+    rows = 2 * 8 * 160
+    assert launch.workspace_bytes >= 2 * rows * 4 + 2 * (2 * 8 * 300 * 64 * 2)
+
+    def status_of(p, **fields):
+        c = rt.c_problem(cfg, p, {})
+        for k, v in fields.items():
+            if isinstance(v, tuple):
+                arr = getattr(c, k)
+                for i, x in enumerate(v):
+                    arr[i] = x
+            else:
+                setattr(c, k, v)
+        return shim.query(c)[0]
+
+    assert status_of(ok, head_dim=128) == 1                       # compiled for d64: cannot implement
+    assert status_of(ok, heads_kv=3) == 2                         # 3 does not divide 8: invalid
+    assert status_of(ok, stride_q=(0, 68, 0)) == 1                # a row stride off the 16-byte vector
+    assert status_of(ok, stride_dq=(0, 96, 0)) == 1               # gradient rows not n x head_dim
+    assert status_of(ok, flags=1) == 1
+    assert status_of(ok, scale=-1.0) == 2
+    assert status_of(dataclasses.replace(ok, heads_kv=8)) == 0    # no group: dK / dV written directly
+    varlen = make_problem(heads_q=8, heads_kv=2, seqlens_q=(5, 70), seqlens_k=(9, 0), head_dim=64, layout="bhsd")
+    assert status_of(varlen) == 1                                 # not a varlen instance
