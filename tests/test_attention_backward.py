@@ -159,6 +159,16 @@ def test_abi_mirror_matches_the_header(tmp_path):
                                                                       for f in fields]
 
 
+def test_library_refuses_backward_instances_with_the_fix(emitted):
+    from emitter.families.attention.library import kernel_records
+    from emitter.kit.library import LibraryError
+
+    out, manifest = emitted
+    entry = next(e for e in manifest["instances"] if e["config"].get("op") == "backward")
+    with pytest.raises(LibraryError, match="--exclude 'op=backward'"):
+        kernel_records([entry], {"f16": 1, "bf16": 2}, LibraryError)
+
+
 def _case(root, entry, p, data="normal", faults=(), seed=3):
     from emitter.runtime.fake_backend import FakeBackend
 

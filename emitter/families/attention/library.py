@@ -163,6 +163,9 @@ def kernel_records(entries: Sequence[dict[str, Any]], dtype_codes: dict[str, int
         name = e["name"]
         if not _NAME_RE.match(name):
             raise error(f"attention instance name {name!r} is not [a-z0-9_]+ (was the manifest edited?)")
+        if isinstance(e.get("config"), dict) and e["config"].get("op") == "backward":
+            raise error(f"attention instance {name} is a backward instance (op: backward): exported libraries hold "
+                        f"the forward only so far; leave it out with --exclude 'op=backward'")
         try:
             inst = AttentionInstance.from_config(e["config"])
         except (KeyError, ValueError, TypeError) as ex:
