@@ -287,3 +287,32 @@ def _host_shim_answers(root, entry):
     assert status_of(dataclasses.replace(ok, heads_kv=8)) == 0    # no group: dK / dV written directly
     varlen = make_problem(heads_q=8, heads_kv=2, seqlens_q=(5, 70), seqlens_k=(9, 0), head_dim=64, layout="bhsd")
     assert status_of(varlen) == 1                                 # not a varlen instance
+
+
+def test_every_backward_point_resolves_and_renders_or_is_rejected_with_a_rule():
+    """Accepted means renderable: a random backward spec point either resolves to an instance that renders and
+    names cleanly (its shared-memory model known) or is a Rejection with a rule and a reason -- never an error."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from emitter.families.attention.spec import TILE_SIZES
+    from emitter.families.attention.model import HEAD_DIMS
+    from emitter.render import banner
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(arch=st.sampled_from(list(Arch)), dtype=st.sampled_from([DType.f16, DType.bf16, DType.e4m3]),
+           d=st.sampled_from(HEAD_DIMS), dv=st.sampled_from(HEAD_DIMS), tq=st.sampled_from(TILE_SIZES),
+           tkv=st.sampled_from(TILE_SIZES), mask=st.sampled_from(list(Mask)), layout=st.sampled_from(list(Layout)),
+           gqa=st.booleans(), varlen=st.booleans(), det=st.booleans())
+    def prop(arch, dtype, d, dv, tq, tkv, mask, layout, gqa, varlen, det):
+        inst = AttentionBackwardInstance(arch, dtype, d, dv, tq, tkv, mask, layout, gqa, varlen, det)
+        r = fam.resolve(inst)
+        if isinstance(r, Rejection):
+            assert r.rule and r.reason
+            return
+        name = fam.instance_name(r)
+        assert name.startswith("attn_bwd_") and name == name.lower()
+        text = fam.render_instance(r, name, banner("spec.yaml", "0" * 64))
+        assert f"emitter_{name}_kernel" in text and str(backward_sm80.smem_bytes(r)) in text
+
+    prop()
