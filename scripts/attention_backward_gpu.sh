@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Attention backward (sm80 kernel, on the H100 / H200 machine) in one command, from the project root:
+#   scripts/attention_backward_gpu.sh [build|verify|rest|all]     (default all; logs under $OUT or ./attn-bwd-out)
+# build: emits configs/attention/sm80_backward.yaml plus the planted-bug variants and builds them (-j 16, sm_90 SASS
+#        beside the PTX); verify: every backward instance on its default problems (dQ, dK, dV against autograd through
+#        the float64 forward); rest: planted bugs, bit-for-bit repeat, the speed table against SDPA's cuDNN and flash
+#        backward, and a transformer block's training step against torch. Each stage stays under 10 minutes; the
+#        build is kept in generated/attn_bwd_gpu between stages (EMITTER_ATTN_BWD_DIR overrides).
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+[ -f .device-wheels/setup.sh ] && source .device-wheels/setup.sh
+export PYTHONUNBUFFERED=1
+PY=${PY:-python3}
+STAGE=${1:-all}
+OUTDIR="${OUT:-$PWD/attn-bwd-out}"
+mkdir -p "$OUTDIR"
+export EMITTER_ATTN_BWD_DIR="${EMITTER_ATTN_BWD_DIR:-$PWD/generated/attn_bwd_gpu}"
+export EMITTER_GPU_REPORTS="$OUTDIR"
+case "$STAGE" in
+  build)  SEL="builds" ;;
+  verify) SEL="default_problems" ;;
+  rest)   SEL="not builds and not default_problems" ;;
+  all)    SEL="" ;;
+  *) echo "usage: $0 [build|verify|rest|all]"; exit 2 ;;
+esac
+t0=$(date +%s)
+$PY -m pytest -q -s -rA -m gpu tests/test_attention_backward_gpu.py -p no:cacheprovider ${SEL:+-k "$SEL"} \
+  2>&1 | tee "$OUTDIR/attn_bwd_${STAGE}.log"
+rc=${PIPESTATUS[0]}
+echo "attention backward ($STAGE): pytest exit $rc after $(( $(date +%s) - t0 )) s; reports in $OUTDIR"
+exit "$rc"
