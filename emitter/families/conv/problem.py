@@ -216,7 +216,7 @@ def not_supported_reasons(cfg: Mapping[str, Any], p: ConvProblem) -> list[str]:
             reasons.append(f"{'C' if tensor != 'y' else 'K'}={chan[tensor]} is not a multiple of operand {role}'s "
                            f"alignment {al} ({tensor} rows are read {al} elements at a time)")
     stream_k = cfg.get("kernel", "implicit") == "gemm_1x1" and cfg.get("scheduler") == "stream_k"
-    if p.split_k > 1 and cfg.get("split_k", "none") != "serial" and not stream_k:
+    if p.split_k > 1 and cfg.get("split_k", "none") not in ("serial", "parallel") and not stream_k:
         reasons.append(f"split_k={p.split_k}: this is not a split-K instance")
     if p.bias and not cfg.get("epilogue", {}).get("bias", False):
         reasons.append("the problem has a bias, this instance has no bias epilogue")
@@ -315,6 +315,11 @@ def default_problems(cfg: Mapping[str, Any], quick: bool = False) -> list[tuple[
         base = _gemm_1x1_problems(cfg, quick)
     if cfg.get("split_k") == "serial":
         base = [replace(p, split_k=3) for p in base]
+    elif cfg.get("split_k") == "parallel":   # sm90a: 3 slices (split-K mode) and 1 (the stream-K heuristic) in turn
+        base = [replace(p, split_k=3 if i % 2 == 0 else 1) for i, p in enumerate(base)]
+        # a long reduction over few tiles (100 k-tiles of 64 a tile), split 13 ways, and beta != 0
+        base.append(ConvProblem(n=16, h=20, w=20, c=al * 8, k=al * 8, r=3, s=3, pad_front=(0, 1, 1),
+                                pad_back=(0, 1, 1), beta=0.5, split_k=13))
     if cfg.get("epilogue", {}).get("bias"):
         base = [replace(p, bias=True) for p in base]
     out = [(p, "normal") for p in base if not not_supported_reasons(cfg, p)]

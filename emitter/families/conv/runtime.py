@@ -1,6 +1,6 @@
 """The conv family's run-time hooks (emitter.families.base.RuntimeFamily): what verify, profile and the runtime
 backends call for a manifest entry with `family: conv`. The profile hooks (PROFILE_HOOKS, cuDNN baseline) are in
-profile.py; split_k_choices / profile_splits pick serial split-K slice counts per problem.
+profile.py; split_k_choices / profile_splits pick split-K slice counts per problem.
 
     config.py     ConvConfig (config_from_entry)
     problem.py    ConvProblem, labels, default problems, not_supported_reasons, problem strings
@@ -79,31 +79,46 @@ SPLIT_K_MAX = 64             # serial split-K slices at most (each slice's epilo
 MIN_SLICE_K_ITERS = 8        # main-loop iterations a slice keeps at least
 
 
-def split_k_choices(cfg: ConvConfig, p: ConvProblem, sm_count: int = 132) -> list[int]:
-    """Serial split-K slice counts worth timing for a split-K instance on p ([1] for any other instance): the
-    count that makes output tiles x slices fill one wave of `sm_count` CTAs, its half and its double, each slice
-    keeping at least MIN_SLICE_K_ITERS tile-k iterations. wgrad's implicit GEMM (M = K, N = C*R*S, K-dim = N*P*Q)
-    has few output tiles and a huge reduction: C64 K64 3x3 is 5 tiles of 128x128, so 1 slice leaves 127 of 132
-    SMs idle."""
-    if cfg.split_k != "serial":
-        return [1]
+def _split_k_bounds(cfg: ConvConfig, p: ConvProblem) -> tuple[int, int]:
+    """(output tiles, the most slices worth having) of cfg's implicit GEMM on p."""
     m, n, k = p.gemm(cfg.op)
     tm, tn, tk = cfg.tile
     tiles = -(-m // tm) * -(-n // tn)
-    most = max(1, min(SPLIT_K_MAX, -(-k // tk) // MIN_SLICE_K_ITERS))
-    wave = -(-max(sm_count, 1) // tiles)
-    return sorted({max(1, min(most, s)) for s in (wave // 2, wave, 2 * wave)})
+    if cfg.split_k == "parallel" and cfg.op == "wgrad":   # sm90a tiles wgrad's N = (C, S, R, T) along C only
+        tiles = -(-m // tm) * -(-p.c // tn) * p.t * p.r * p.s
+    return tiles, max(1, min(SPLIT_K_MAX, -(-k // tk) // MIN_SLICE_K_ITERS))
+
+
+def split_k_choices(cfg: ConvConfig, p: ConvProblem, sm_count: int = 132) -> list[int]:
+    """Split-K slice counts worth timing for a split-K instance on p ([1] for any other instance), each slice
+    keeping at least MIN_SLICE_K_ITERS tile-k iterations. wgrad's implicit GEMM (M = K, N = C*R*S, K-dim = N*P*Q)
+    has few output tiles and a huge reduction: C64 K64 3x3 is 5 tiles of 128x128, so 1 slice leaves 127 of 132
+    SMs idle.
+    serial (sm80, one CTA a slice): the count that makes output tiles x slices fill one wave of `sm_count` CTAs,
+    its half and its double.
+    parallel (sm90a, a persistent grid of sm_count CTAs walking tiles x slices units): the most slices whose units
+    fit one wave (floor: one unit more than the SMs is a second wave), its half and its double, and 1 -- the
+    stream-K heuristic's own split of the k-tiles over the SMs."""
+    if cfg.split_k == "serial":
+        tiles, most = _split_k_bounds(cfg, p)
+        wave = -(-max(sm_count, 1) // tiles)
+        return sorted({max(1, min(most, s)) for s in (wave // 2, wave, 2 * wave)})
+    if cfg.split_k == "parallel":
+        tiles, most = _split_k_bounds(cfg, p)
+        wave = max(1, max(sm_count, 1) // tiles)
+        return sorted({1} | {max(1, min(most, s)) for s in (wave // 2, wave, 2 * wave)})
+    return [1]
 
 
 def choose_split_k(cfg: ConvConfig, p: ConvProblem, sm_count: int = 132) -> int:
     """The one slice count to run without timing: the one-wave count of split_k_choices (the library's
-    conv_split_k in templates/conv/library/api.cpp.j2 computes the same)."""
-    if cfg.split_k != "serial":
+    conv_split_k in templates/conv/library/api.cpp.j2 computes the serial one)."""
+    if cfg.split_k not in ("serial", "parallel"):
         return 1
-    m, n, k = p.gemm(cfg.op)
-    tm, tn, tk = cfg.tile
-    most = max(1, min(SPLIT_K_MAX, -(-k // tk) // MIN_SLICE_K_ITERS))
-    return max(1, min(most, -(-max(sm_count, 1) // (-(-m // tm) * -(-n // tn)))))
+    tiles, most = _split_k_bounds(cfg, p)
+    if cfg.split_k == "parallel":
+        return max(1, min(most, max(sm_count, 1) // tiles))
+    return max(1, min(most, -(-max(sm_count, 1) // tiles)))
 
 
 def profile_splits(cfg: ConvConfig, problem: Any, sm_count: int) -> list[int]:

@@ -21,6 +21,15 @@ latency-bound or idle):
                                                      D = dw row-major [K, C] (== KRSC, R = S = 1)
 The shim (templates/conv/sm90a/gemm1x1_device.cu.j2) keeps the conv ABI and refuses every problem that is not
 such a GEMM (EMITTER_CANNOT_IMPLEMENT); problem.not_supported_reasons says the same in words.
+
+`split_k: parallel` (wgrad, f16/bf16, cluster 1x1x1, tiles up to 128x128): wgrad's implicit GEMM (M = K, N = C*R*S
+tiled along C with S, R as their own modes, K-dim = N*Z*P*Q) has a handful of output tiles over a reduction of
+10^5..10^6 (C64 56^2 K64 3x3 at N = 128: 9 tiles of 64x64, 6272 k-tiles each), which CUTLASS's non-persistent
+kernel leaves on 9 SMs. The same conv collectives run under emitter's persistent kernel
+(templates/conv/sm90a/splitk_conv_universal.cu.j2) and stream-K tile scheduler: the conv ABI's run-time
+split_k_slices > 1 cuts each tile's k-tiles into that many units (1: CUTLASS's stream-K heuristic), the units of a
+tile sum f32 partials in the workspace (atomic adds, so the last bits may differ run to run) and its last unit runs
+the epilogue. Mainloop and epilogue shared memory are separate there, which the stage count already allows for.
 """
 
 from __future__ import annotations
@@ -99,8 +108,9 @@ def resolve(inst: ConvInstance) -> ConvInstance | Rejection:
                                                 "refuse stride > 1 without their strided-dgrad variant): use "
                                                 "stride_support: unity")
     if inst.split_k is not SplitK.none:
-        return reject(inst, "split-k-3x", f"split_k {inst.split_k} is not in CUTLASS's sm90 conv kernel (its only "
-                                          f"schedule is non-persistent, no stream-K): use arch: sm80 with split_k: serial")
+        why = _split_k_rejection(inst, a)
+        if why is not None:
+            return why
     if inst.epilogue.bias and inst.op is not ConvOp.fprop:
         return reject(inst, "bias-fprop-only", f"a per-channel bias belongs to the forward output; {inst.op} writes a "
                                                f"gradient: remove bias")
@@ -142,6 +152,35 @@ def resolve(inst: ConvInstance) -> ConvInstance | Rejection:
     if inst.epilogue.activation is not Activation.identity and inst.epilogue_compute is not DType.f32:
         return reject(inst, "activation-compute", "activations are computed in float: use epilogue: f32")
     return inst.replace(a=a, cluster=cl, alignment_a=al[0], alignment_b=al[1], alignment_c=al[2], stages=stages)
+
+
+def _split_k_rejection(inst: ConvInstance, a: DType) -> Rejection | None:
+    """`split_k: parallel` on sm90a: CUTLASS's conv collectives under emitter's persistent split-K / stream-K kernel
+    (templates/conv/sm90a/splitk_*.cu.j2), built for wgrad's long reduction; None when the instance can have it."""
+    if inst.split_k is SplitK.serial:
+        return reject(inst, "split-k-3x", "serial split-K chains a tile's slices through the output in its own "
+                                                 "type (CUTLASS 2.x); the sm90a split-K kernel sums f32 partials in a "
+                                                 "workspace: use split_k: parallel (or arch: sm80 with split_k: serial)")
+    if inst.op is not ConvOp.wgrad:
+        return reject(inst, "split-k-wgrad-only", f"split_k {inst.split_k} on sm90a is built for wgrad (M = K, N = C*R*S: "
+                                                  f"a few output tiles over a reduction of N*P*Q); {inst.op} has "
+                                                  f"M = N*P*Q rows of tiles to fill the SMs: remove split_k")
+    if a not in (DType.f16, DType.bf16) or inst.accumulator is not DType.f32:
+        return reject(inst, "split-k-dtype", f"split_k {inst.split_k} on sm90a is built for f16 and bf16 inputs with "
+                                             f"f32 accumulators (f32 partial sums), not {inst.a} / {inst.accumulator}: "
+                                             f"use dtype f16 or bf16 with accumulator: f32, or remove split_k")
+    cl = inst.cluster or Shape3(1, 1, 1)
+    if (cl.m, cl.n, cl.k) != (1, 1, 1):
+        return reject(inst, "split-k-cluster", f"cluster {cl} with split_k {inst.split_k}: the split-K kernel runs "
+                                               f"one CTA a work unit (its tile counts are not padded to clusters): "
+                                               f"use cluster: 1x1x1")
+    t = inst.tile
+    if t.m not in (64, 128) or t.n > 128:
+        return reject(inst, "split-k-tile", f"tile {t} with split_k {inst.split_k}: the one consumer warp group "
+                                            f"holds a tile's f32 sums in registers and the fixup adds a tile's "
+                                            f"partials to them: use m = 64 or 128 and n <= 128 (e.g. 64x64x64 for "
+                                            f"K = C = 64 layers, 128x128x64 for 128)")
+    return None
 
 
 def _gemm_epilogue_smem(inst: ConvInstance, cooperative: bool) -> int:
@@ -287,6 +326,9 @@ def template_context(inst: ConvInstance) -> dict:
         "ptr_a": a_t,
         "ptr_b": b_t,
         "unity_stride": inst.stride_support is StrideSupport.unity,
+        # split_k: parallel -- the persistent split-K / stream-K kernel of splitk_*.cu.j2 (device.cu.j2 passes the
+        # run-time slice count to its scheduler)
+        "split_k_parallel": inst.split_k is SplitK.parallel,
         # the row (channel) alignment each tensor needs, by its role in this op
         **{f"align_{t}": al for t, al in ((a_t, inst.alignment_a), (b_t, inst.alignment_b), (out, inst.alignment_c))},
         **(gemm_1x1_context(inst) if inst.kernel is ConvKernelKind.gemm_1x1 else {}),
