@@ -210,6 +210,11 @@ def test_planted_faults_are_caught_for_their_reasons(emitted):
     long = make_problem(batch=1, heads_q=8, heads_kv=2, seq_q=200, seq_k=201, head_dim=128)
     v = _case(out, entry, long, faults=[{"kind": "bwd_drop_dq_partial"}])
     assert v["failed_tensors"] == ["dq"], v["reason"]
+    # a plan naming a forward fault too (a mixed manifest): the backward ignores it, the forward instance gets it
+    assert _case(out, entry, p, faults=[{"kind": "no_mask"}])["status"] == "PASSED"
+    fwd = rt.config_from_entry(next(e for e in manifest["instances"] if e["config"].get("op") != "backward"))
+    p64 = make_problem(batch=1, heads_q=8, heads_kv=2, seq_q=33, seq_k=40, head_dim=64)
+    assert rt.fake_run(fwd, p64, rt.make_inputs(fwd, p64, "normal", 1).buffers, {"bwd_no_scale_ds": {}})["o"].size
     # a fault that cannot show: one KV head has no other head to be confused with
     mqa = make_problem(batch=1, heads_q=4, heads_kv=1, seq_q=40, seq_k=41, head_dim=128)
     assert _case(out, entry, mqa, faults=[{"kind": "bwd_wrong_kv_head"}])["status"] == "PASSED"

@@ -242,6 +242,14 @@ def _by_op(name: str):
 for _name in ("default_problems", "not_supported_reasons", "footprint", "flops", "make_inputs", "reference",
               "compare", "c_problem", "fake_run"):
     globals()[_name] = _by_op(_name)
+_fake_run_by_op = fake_run
+
+
+def fake_run(cfg, p, buffers, faults):  # noqa: F811
+    """Each op's fake sees only its own planted faults (a plan may name both kinds for a mixed manifest)."""
+    mine = set(_bwd_rt.BACKWARD_FAULTS)
+    keep = {k: v for k, v in dict(faults or {}).items() if (k in mine) == _bwd_rt.is_backward(cfg)}
+    return _fake_run_by_op(cfg, p, buffers, keep)
 
 
 def _forward_only(name: str):
