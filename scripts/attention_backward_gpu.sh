@@ -27,5 +27,11 @@ t0=$(date +%s)
 $PY -m pytest -q -s -rA -m gpu tests/test_attention_backward_gpu.py -p no:cacheprovider ${SEL:+-k "$SEL"} \
   2>&1 | tee "$OUTDIR/attn_bwd_${STAGE}.log"
 rc=${PIPESTATUS[0]}
+if [ "$rc" -ne 0 ] && [ "$STAGE" = verify ] && [ -f "$EMITTER_ATTN_BWD_DIR/manifest.json" ]; then
+  # the in-process verify stops at a CUDA fault: say which instances fault, each in its own worker
+  echo "== emitter verify (isolated workers) to place the failure"
+  $PY -m emitter verify "$EMITTER_ATTN_BWD_DIR" --select 'op=backward' --exclude '*_bug_*' --quick \
+    --json "$OUTDIR/attn_bwd_verify.json" 2>&1 | tail -30
+fi
 echo "attention backward ($STAGE): pytest exit $rc after $(( $(date +%s) - t0 )) s; reports in $OUTDIR"
 exit "$rc"
