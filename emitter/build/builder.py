@@ -219,7 +219,7 @@ def family_include_flags(entry: dict[str, Any]) -> list[str]:
     from emitter.families.registry import entry_family, family_module
 
     try:
-        hook = getattr(family_module(entry_family(entry)), "include_dirs", None)
+        hook = getattr(family_module(entry_family(entry), need=()), "include_dirs", None)
     except (EmitterError, ImportError):
         return []
     return [f"-I{d}" for d in hook(entry.get("arch", ""))] if hook is not None else []

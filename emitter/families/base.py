@@ -26,7 +26,9 @@ docs/architecture.md "What a family provides" repeats the list.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol
+import inspect
+import typing
+from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,20 @@ class Rejection:
     instance: Any
     rule: str      # stable id, e.g. "tile-k-multiple-of-instruction-k"
     reason: str    # "tile k=48 is not a multiple of instruction k=16: use 32 or 64"
+
+
+class Family(Protocol):
+    """What the package `emitter.families.<name>` provides (module-level functions): the emit hooks above.
+    Optional beside them: `include_dirs(arch) -> list[Path]` (extra -I directories of its instances' builds) and
+    `library_pieces(entries, roots, ctx) -> emitter.kit.library.LibraryPieces` (its part of an exported library).
+    The registry checks a family package against this protocol when a stage first takes it
+    (emitter.families.registry.family_module), and its runtime module against RuntimeFamily (runtime_family)."""
+
+    def expand_entry(self, doc: Any, entry_path: Any, entry: Mapping[str, Any],
+                     key_paths: Mapping[str, Any]) -> Iterator[tuple[Any, Any]]: ...
+    def resolve(self, candidate: Any) -> Any: ...
+    def instance_name(self, instance: Any) -> str: ...
+    def render_instance(self, instance: Any, name: str, banner: str) -> str: ...
 
 
 EMIT_HOOKS = ("expand_entry", "resolve", "instance_name", "render_instance")
@@ -230,6 +246,9 @@ class RuntimeFamily(Protocol):
     def profile_poison(self, data: Any, set_index: int = 0) -> None: ...
     def profile_fake_problem(self, config: Any, problem: Any, settings: Any, limit: int = 64,
                              **run_options: Any) -> Any: ...
+    def profile_problem(self, problem: Any) -> Any: ...
+    def profile_problem_from_dict(self, d: Mapping[str, Any]) -> Any: ...
+    def profile_op_from_json(self, d: Mapping[str, Any]) -> Any: ...
 
 
 VERIFY_HOOKS = (
@@ -246,3 +265,43 @@ RUNTIME_DATA = ("NAME", "DATA_KINDS", "PROBLEM_KEYS", "FAKE_FAULTS", "BASELINES"
 
 class FamilyNotRunnable(Exception):
     """The family's runtime module is missing or lacks hooks (verify/profile cannot run its instances)."""
+
+
+class FamilyContractError(Exception):
+    """A family package whose emit hooks do not fit the Family protocol (a bug in the family)."""
+
+
+def contract_misfits(module: Any, protocol: type, names: Sequence[str]) -> list[str]:
+    """How `module` falls short of `protocol` for the members `names`: each one missing, a data attribute of the
+    wrong type, a function that cannot be called the way the protocol calls it (its required positional
+    parameters, and **kwargs where the protocol passes keywords). [] when it fits."""
+    hints = typing.get_type_hints(protocol)
+    out = []
+    for name in names:
+        if not hasattr(module, name):
+            out.append(f"lacks {name}")
+            continue
+        value = getattr(module, name)
+        if name in hints and not callable(getattr(protocol, name, None)):
+            kind = typing.get_origin(hints[name]) or hints[name]
+            if isinstance(kind, type) and not isinstance(value, kind):
+                out.append(f"{name} is {type(value).__name__}, not {kind.__name__}")
+            continue
+        want = inspect.signature(getattr(protocol, name))
+        params = list(want.parameters.values())[1:]                       # without self
+        required = [p for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if not callable(value):
+            out.append(f"{name} is {type(value).__name__}, not a function")
+            continue
+        try:
+            have = inspect.signature(value)
+        except (TypeError, ValueError):       # a builtin without a signature: trust it
+            continue
+        try:
+            have.bind(*range(len(required)))
+        except TypeError:
+            out.append(f"{name}{have} cannot be called as {name}({', '.join(p.name for p in required)})")
+            continue
+        if any(p.kind is p.VAR_KEYWORD for p in params) and not any(p.kind is p.VAR_KEYWORD for p in have.parameters.values()):
+            out.append(f"{name}{have} takes no **keywords, which the protocol passes")
+    return out

@@ -55,7 +55,7 @@ def collect(entries: Sequence[dict[str, Any]], roots: dict[str, Path], ctx: dict
             by_family.setdefault(fam, []).append(e)
     out = []
     for fam in sorted(by_family, key=lambda f: (list(FAMILIES).index(f) if f in FAMILIES else len(FAMILIES), f)):
-        module = family_module(fam)
+        module = family_module(fam, need=())
         hook = getattr(module, "library_pieces", None)
         if hook is None:
             raise error(f"{len(by_family[fam])} {fam} instance(s) selected, but the {fam} family provides no "
