@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
