@@ -207,6 +207,27 @@ def test_emitter_verify_fake_backend_runs_and_catches_a_planted_fault(tmp_path):
     assert r.returncode == 1, r.stdout[-2000:]
 
 
+def test_fake_profile_times_each_slice_count_and_checks_it(tmp_path):
+    from click.testing import CliRunner
+
+    from emitter.cli import main
+
+    (tmp_path / "spec.yaml").write_text(SPEC)
+    out = tmp_path / "gen"
+    r = subprocess.run([sys.executable, "-m", "emitter", "emit", str(tmp_path / "spec.yaml"), "-o", str(out)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    res = CliRunner().invoke(main, ["profile", str(out), "--backend", "fake", "-o", str(tmp_path / "p"), "--quick",
+                                    "--no-plots", "--problem", "n=128,h=56,w=56,c=64,k=64,r=3,s=3,pad=1"])
+    assert res.exit_code == 0, res.output
+    prof = json.loads((tmp_path / "p" / "profile.json").read_text())
+    rows = [r for r in (prof.get("measurements") or prof["results"]) if r["kind"] == "kernel"]
+    assert len(rows) == 8, [(r["name"], r["split_k"]) for r in rows]     # 2 instances x slices 1, 7, 14, 28
+    for dt in ("f16_f16", "bf16_bf16"):
+        assert sorted(r["split_k"] for r in rows if dt in r["name"]) == [1, 7, 14, 28]
+    assert all(r["status"] == "ok" and r["check"]["passed"] for r in rows), [(r["name"], r["reason"]) for r in rows]
+
+
 # ------------------------------------------------------------------------------------------------ one real compile
 NVCC_SPEC = """
 kernels:
