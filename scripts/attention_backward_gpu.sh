@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Attention backward (sm80 kernel, on the H100 / H200 machine) in one command, from the project root:
-#   scripts/attention_backward_gpu.sh [build|verify|rest|all]     (default all; logs under $OUT or ./attn-bwd-out)
+#   scripts/attention_backward_gpu.sh [build|verify|rest|library|all]   (default all; logs under $OUT or ./attn-bwd-out)
 # build: emits configs/attention/sm80_backward.yaml plus the planted-bug variants and builds them (-j 16, sm_90 SASS
 #        beside the PTX); verify: every backward instance on its default problems (dQ, dK, dV against autograd through
 #        the float64 forward); rest: planted bugs, bit-for-bit repeat, the speed table against SDPA's cuDNN and flash
-#        backward, and a transformer block's training step against torch. Each stage stays under 10 minutes; the
+#        backward, and a transformer block's training step against torch; library: an exported library's
+#        attention_backward(), loss.backward() through lib.attention(), torch.compile, a CUDA graph and the training
+#        step (tests/test_attention_backward_library_gpu.py). Each stage stays under 10 minutes; the
 #        build is kept in generated/attn_bwd_gpu between stages (EMITTER_ATTN_BWD_DIR overrides).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -20,11 +22,15 @@ case "$STAGE" in
   build)  SEL="builds" ;;
   verify) SEL="default_problems" ;;
   rest)   SEL="not builds and not default_problems" ;;
+  library) SEL="" ;;
   all)    SEL="" ;;
-  *) echo "usage: $0 [build|verify|rest|all]"; exit 2 ;;
+  *) echo "usage: $0 [build|verify|rest|library|all]"; exit 2 ;;
 esac
+TESTS=tests/test_attention_backward_gpu.py
+[ "$STAGE" = library ] && TESTS=tests/test_attention_backward_library_gpu.py
+[ "$STAGE" = all ] && TESTS="tests/test_attention_backward_gpu.py tests/test_attention_backward_library_gpu.py"
 t0=$(date +%s)
-$PY -m pytest -q -s -rA -m gpu tests/test_attention_backward_gpu.py -p no:cacheprovider ${SEL:+-k "$SEL"} \
+$PY -m pytest -q -s -rA -m gpu $TESTS -p no:cacheprovider ${SEL:+-k "$SEL"} \
   2>&1 | tee "$OUTDIR/attn_bwd_${STAGE}.log"
 rc=${PIPESTATUS[0]}
 if [ "$rc" -ne 0 ] && [ "$STAGE" = verify ] && [ -f "$EMITTER_ATTN_BWD_DIR/manifest.json" ]; then

@@ -159,13 +159,16 @@ def test_abi_mirror_matches_the_header(tmp_path):
                                                                       for f in fields]
 
 
-def test_library_refuses_backward_instances_with_the_fix(emitted):
+def test_library_records_take_each_op_to_its_own_table(emitted):
+    from emitter.families.attention.backward_library import backward_records
     from emitter.families.attention.library import kernel_records
     from emitter.kit.library import LibraryError
 
     out, manifest = emitted
     entry = next(e for e in manifest["instances"] if e["config"].get("op") == "backward")
-    with pytest.raises(LibraryError, match="--exclude 'op=backward'"):
+    (rec,) = backward_records([entry], {"f16": 1, "bf16": 2}, LibraryError)
+    assert rec.name == entry["name"] and rec.inst == AttentionBackwardInstance.from_config(entry["config"])
+    with pytest.raises(LibraryError, match="backward instance"):
         kernel_records([entry], {"f16": 1, "bf16": 2}, LibraryError)
 
 

@@ -13,6 +13,8 @@ pieces a family provides"; docs/library.md "Attention").
                src/curand_kernel.h              emitter's empty stand-in (sm80 instances only; see that file)
     python     attention(q, k, v, *, causal, causal_align, scale, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                max_seqlen_k, out, check_cu_seqlens), torch.ops.<lib>.attention / attention_out
+    backward   `op: backward` instances (beside a forward one): backward_library.py adds <lib>_attention_backward,
+               attention_backward() and the autograd of torch.ops.<lib>.attention
 
 Dispatch (no tuning table holds attention entries yet: `emitter profile` records GEMM shapes only): the
 candidates are the kernels whose compiled operation matches the problem (dtype, head dims, mask, varlen;
@@ -164,8 +166,8 @@ def kernel_records(entries: Sequence[dict[str, Any]], dtype_codes: dict[str, int
         if not _NAME_RE.match(name):
             raise error(f"attention instance name {name!r} is not [a-z0-9_]+ (was the manifest edited?)")
         if isinstance(e.get("config"), dict) and e["config"].get("op") == "backward":
-            raise error(f"attention instance {name} is a backward instance (op: backward): exported libraries hold "
-                        f"the forward only so far; leave it out with --exclude 'op=backward'")
+            raise error(f"attention instance {name} is a backward instance (op: backward): library_pieces hands "
+                        f"those to backward_library.backward_records")
         try:
             inst = AttentionInstance.from_config(e["config"])
         except (KeyError, ValueError, TypeError) as ex:
@@ -195,6 +197,12 @@ def library_pieces(entries: Sequence[dict[str, Any]], roots: dict[str, Path], ct
     from emitter.render import environment, templates_root
 
     dtype_codes = dict(ctx["dtype_codes"])
+    backward = [e for e in entries if isinstance(e.get("config"), dict) and e["config"].get("op") == "backward"]
+    entries = [e for e in entries if e not in backward]
+    if backward and not entries:
+        raise LibraryError(f"attention backward instances ({backward[0]['name']}, ...) without a forward attention "
+                           f"instance: the backward runs on what the forward saves (O and its LSE); add the forward "
+                           f"(op: forward, lse: true) or leave the backward out with --exclude 'op=backward'")
     kernels = kernel_records(entries, dtype_codes, LibraryError)
     by_name = {e["name"]: e for e in entries}
     env = environment()
@@ -215,25 +223,36 @@ def library_pieces(entries: Sequence[dict[str, Any]], roots: dict[str, Path], ct
         files[f"src/attention/{k.name}.shim.cu"] = render("shim.cu.j2", k=k)
         files[f"src/attention/{k.name}.launch.cu"] = render("launch.cu.j2", k=k)
         sources += [(f"src/attention/{k.name}.shim.cu", k.arch), (f"src/attention/{k.name}.launch.cu", k.arch)]
-    if any(k.inst.arch is Arch.sm80 for k in kernels):
+    bwd = None
+    if backward:
+        from emitter.families.attention.backward_library import backward_pieces
+
+        bwd = backward_pieces(backward, roots, ctx, LibraryError)
+        files.update(bwd["files"])
+        sources += list(bwd["sources"])
+    if any(k.inst.arch is Arch.sm80 for k in kernels) or (bwd and any(k.inst.arch is Arch.sm80 for k in bwd["kernels"])):
         from emitter.families.attention.sm80 import include_dirs
 
         for d in include_dirs(Arch.sm80):
             stub = Path(d) / "curand_kernel.h"
             if stub.is_file():
                 files["src/curand_kernel.h"] = stub.read_text(encoding="utf-8")
+    more = bwd or {"header": None, "api": None, "python": None, "c_functions": (), "python_names": (), "kernels": []}
     return LibraryPieces(
         family="attention",
-        header=(render("header.h.j2"),),
-        api=(render("api.cpp.j2"),),
-        python=(render("loader.py.j2"),),
-        c_functions=C_FUNCTIONS,
-        python_names=("attention", "attention_select", "attention_kernels", "register_attention_ops", "AttentionProblem"),
+        header=tuple(x for x in (render("header.h.j2"), more["header"]) if x),
+        api=tuple(x for x in (render("api.cpp.j2"), more["api"]) if x),
+        python=tuple(x for x in (render("loader.py.j2"), more["python"]) if x),
+        c_functions=C_FUNCTIONS + tuple(more["c_functions"]),
+        python_names=("attention", "attention_select", "attention_kernels", "register_attention_ops",
+                      "AttentionProblem") + tuple(more["python_names"]),
         files=files,
         sources=tuple(sources),
         context={"kernels": [{"index": k.index, "name": k.name, "arch": k.arch, "config": k.inst.config()}
-                             for k in kernels]},
-        kernels=len(kernels),
+                             for k in kernels],
+                 **({"backward_kernels": [{"index": k.index, "name": k.name, "arch": k.arch, "config": k.inst.config()}
+                                          for k in more["kernels"]]} if more["kernels"] else {})},
+        kernels=len(kernels) + len(more["kernels"]),
     )
 
 
