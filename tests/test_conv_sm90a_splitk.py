@@ -62,7 +62,8 @@ def test_parallel_split_k_resolves_for_sm90a_wgrad():
     assert inst.split_k is SplitK.parallel and inst.stages >= 2 and (inst.alignment_a, inst.alignment_c) == (8, 8)
     assert instance_name(inst).endswith("_identity_splitkparallel")
     assert inst.config()["split_k"] == "parallel"
-    for extra in ("dims: 3\n", "dtype: bf16\n", "tile: 128x128x64\n", "tile: 128x64x64\n", "tile: 64x128x64\n"):
+    for extra in ("dims: 3\n", "dtype: bf16\n", "tile: 128x128x64\n", "tile: 128x64x64\n", "tile: 64x128x64\n",
+                  "cluster: 1x2x1\n", "cluster: 2x1x1\n"):
         text = BASE.replace("dtype: f16\n", "") if extra.startswith("dtype") else BASE
         text = text.replace("tile: 64x64x64\n", "") if extra.startswith("tile") else text
         got = one(text + extra)
@@ -80,8 +81,8 @@ def test_parallel_split_k_resolves_for_sm90a_wgrad():
     (BASE.replace("dtype: f16", "dtype: {a: s8, c: s32, accumulator: s32, epilogue: f32}"), "split-k-dtype", "f16"),
     (BASE.replace("dtype: f16", "dtype: {a: f16, c: f16, accumulator: f16, epilogue: f16}"), "split-k-dtype",
      "accumulator: f32"),
-    (BASE + "cluster: 2x1x1\n", "split-k-cluster", "1x1x1"),
-    (BASE + "cluster: 1x2x1\n", "split-k-cluster", "1x1x1"),
+    (BASE + "cluster: 2x2x1\n", "split-k-cluster", "1x2x1"),
+    (BASE + "cluster: 1x4x1\n", "split-k-cluster", "1x2x1"),
     (BASE.replace("64x64x64", "128x256x64"), "split-k-tile", "n <= 128"),
     (BASE.replace("64x64x64", "256x128x64"), "split-k-tile", "m = 64 or 128"),
     (BASE.replace("sm90a", "sm80") + "warp: 32x32x64\n", "split-k-parallel", "split_k: serial"),
@@ -153,6 +154,9 @@ def test_split_k_choices_fill_one_wave_of_units():
     assert hooks.split_k_choices(small, tiny) == [1]
     assert hooks.profile_splits(small, C64, 132) == [1, 7, 14, 28]
     assert hooks.split_k_choices(small, C64, sm_count=114) == [1, 6, 12, 24]   # H100 PCIe: 114 SMs
+    # a 1x2 cluster pads the 9 n-tiles to 10: 13 slices fill the wave (14 would be 140 units on 132 SMs)
+    paired = cfg_of(one(BASE + "cluster: 1x2x1\n"))
+    assert hooks.split_k_choices(paired, C64) == [1, 6, 13, 26]
     # the serial (sm80) choices are what they were
     serial = cfg_of(one("family: conv\narch: sm80\nop: wgrad\ndtype: f16\ntile: 64x128x32\nwarp: 32x64x32\n"
                         "split_k: serial\n"))

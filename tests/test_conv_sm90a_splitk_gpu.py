@@ -6,7 +6,7 @@ prepared launch run again and again on its workspace (the scheduler's tile locks
 lock would hang the next launch or hand it a partial sum).
 
 Set EMITTER_CONV_SPLITK_DIR to a directory where `emitter emit configs/conv/sm90a_splitk.yaml -o DIR && emitter
-build DIR -j 16 --select '*splitkparallel'` already ran; otherwise the test emits and builds two instances."""
+build DIR -j 16 --select '*splitkparallel'` already ran; otherwise the test emits and builds five."""
 
 import json
 import os
@@ -20,6 +20,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.gpu
 WANT = ("conv2d_wgrad_sm90a_f16_f16_accf32_nhwc_64x64x64_c1x1x1_s8_strided_al8x8x8_identity_splitkparallel",
+        # a 1x2 cluster: dy multicast to two CTAs, the 9 n-tiles of a 3x3 filter padded to 10 (one empty tile)
+        "conv2d_wgrad_sm90a_f16_f16_accf32_nhwc_64x64x64_c1x2x1_s8_strided_al8x8x8_identity_splitkparallel",
         "conv2d_wgrad_sm90a_bf16_bf16_accf32_nhwc_128x128x64_c1x1x1_s6_strided_al8x8x8_identity_splitkparallel")
 
 

@@ -85,7 +85,9 @@ def _split_k_bounds(cfg: ConvConfig, p: ConvProblem) -> tuple[int, int]:
     tm, tn, tk = cfg.tile
     tiles = -(-m // tm) * -(-n // tn)
     if cfg.split_k == "parallel" and cfg.op == "wgrad":   # sm90a tiles wgrad's N = (C, S, R, T) along C only
-        tiles = -(-m // tm) * -(-p.c // tn) * p.t * p.r * p.s
+        cl = cfg.raw.get("cluster") or [1, 1, 1]          # and pads the tile counts to whole clusters
+        tiles_m, tiles_n = -(-m // tm), -(-p.c // tn) * p.t * p.r * p.s
+        tiles = -(-tiles_m // cl[0]) * cl[0] * -(-tiles_n // cl[1]) * cl[1]
     return tiles, max(1, min(SPLIT_K_MAX, -(-k // tk) // MIN_SLICE_K_ITERS))
 
 

@@ -22,7 +22,7 @@ latency-bound or idle):
 The shim (templates/conv/sm90a/gemm1x1_device.cu.j2) keeps the conv ABI and refuses every problem that is not
 such a GEMM (EMITTER_CANNOT_IMPLEMENT); problem.not_supported_reasons says the same in words.
 
-`split_k: parallel` (wgrad, f16/bf16, cluster 1x1x1, tiles up to 128x128): wgrad's implicit GEMM (M = K, N = C*R*S
+`split_k: parallel` (wgrad, f16/bf16, clusters of at most 2 CTAs, tiles up to 128x128): wgrad's implicit GEMM (M = K, N = C*R*S
 tiled along C with S, R as their own modes, K-dim = N*Z*P*Q) has a handful of output tiles over a reduction of
 10^5..10^6 (C64 56^2 K64 3x3 at N = 128: 9 tiles of 64x64, 6272 k-tiles each), which CUTLASS's non-persistent
 kernel leaves on 9 SMs. The same conv collectives run under emitter's persistent kernel
@@ -170,10 +170,11 @@ def _split_k_rejection(inst: ConvInstance, a: DType) -> Rejection | None:
                                              f"f32 accumulators (f32 partial sums), not {inst.a} / {inst.accumulator}: "
                                              f"use dtype f16 or bf16 with accumulator: f32, or remove split_k")
     cl = inst.cluster or Shape3(1, 1, 1)
-    if (cl.m, cl.n, cl.k) != (1, 1, 1):
-        return reject(inst, "split-k-cluster", f"cluster {cl} with split_k {inst.split_k}: the split-K kernel runs "
-                                               f"one CTA a work unit (its tile counts are not padded to clusters): "
-                                               f"use cluster: 1x1x1")
+    if cl.k != 1 or cl.m * cl.n > 2:
+        # a cluster shares (multicasts) the dy tile along n / the x tile along m; the scheduler pads the tile
+        # counts to whole clusters, so larger clusters add more empty tiles (wgrad: 9 n-tiles -> 12 at n = 4)
+        return reject(inst, "split-k-cluster", f"cluster {cl} with split_k {inst.split_k}: use 1x1x1, 1x2x1 (dy "
+                                               f"multicast to two filter taps / channel tiles) or 2x1x1")
     t = inst.tile
     if t.m not in (64, 128) or t.n > 128:
         return reject(inst, "split-k-tile", f"tile {t} with split_k {inst.split_k}: the one consumer warp group "
