@@ -5,8 +5,9 @@ bugs, the two long-reduction ResNet-50 layers (at N = 8) at every slice count th
 prepared launch run again and again on its workspace (the scheduler's tile locks must come back to zero: a stale
 lock would hang the next launch or hand it a partial sum).
 
-Set EMITTER_CONV_SPLITK_DIR to a directory where `emitter emit configs/conv/sm90a_splitk.yaml -o DIR && emitter
-build DIR -j 16 --select '*splitkparallel'` already ran; otherwise the test emits and builds five."""
+The instances are in configs/conv/sm90a_splitk.yaml and configs/conv/verify_set.yaml: set EMITTER_CONV_SPLITK_DIR
+(or EMITTER_CONV_GPU_DIR, as scripts/gpu_suite.sh does for the verify set) to a directory where either was emitted
+and built; otherwise the test emits and builds them (minutes)."""
 
 import json
 import os
@@ -32,7 +33,7 @@ def kernels(tmp_path_factory):
         pytest.skip("torch sees no CUDA device")
     from emitter.families.conv.runner import ConvKernel
 
-    root = os.environ.get("EMITTER_CONV_SPLITK_DIR")
+    root = os.environ.get("EMITTER_CONV_SPLITK_DIR") or os.environ.get("EMITTER_CONV_GPU_DIR")
     if root:
         root = Path(root)
     else:
@@ -40,8 +41,8 @@ def kernels(tmp_path_factory):
         run = [sys.executable, "-m", "emitter"]
         subprocess.run(run + ["emit", str(ROOT / "configs" / "conv" / "sm90a_splitk.yaml"), "-o", str(root)],
                        check=True)
-        subprocess.run(run + ["build", str(root), "-j", str(os.cpu_count() or 4), "--no-progress", "--select",
-                              "*64x64x64*splitkparallel", "--select", "*bf16*128x128x64*splitkparallel"], check=False)
+        subprocess.run(run + ["build", str(root), "-j", str(os.cpu_count() or 4), "--no-progress"]
+                       + [a for n in WANT for a in ("--select", n)], check=False)
     manifest = json.loads((root / "manifest.json").read_text())
     entries = {e["name"]: e for e in manifest["instances"]}
     out = {}
