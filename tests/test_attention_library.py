@@ -161,15 +161,17 @@ def test_header_is_c99_and_matches_the_loader_layout(exported, tmp_path):
     assert ctypes.sizeof(ctypes.c_void_p) == 8 and len(PROBLEM_FIELDS) == 36
 
 
-def test_family_without_gemm_arch_is_refused(tmp_path):
-    from emitter.library.export import LibraryError
-
+def test_a_family_arch_without_gemm_kernels_gets_its_own_cmake_group(tmp_path):
+    """sm80 GEMM kernels beside an sm90a attention kernel: the library has an sm90a group holding the attention
+    translation units alone (no GEMM kernel of that arch is needed)."""
     sm80_gemm = GEMM_SPEC.split("  - arch: sm90a")[0]
     sm90a_attention = ("  - family: attention\n    arch: sm90a\n    dtype: f16\n    head_dim: 128\n    tile: 128x128\n"
                        "    schedule: cooperative\n")
-    spec = sm80_gemm + sm90a_attention
-    with pytest.raises(LibraryError, match="sm90a"):
-        export(tmp_path, spec)
+    r = export(tmp_path, sm80_gemm + sm90a_attention)
+    assert {k.arch for k in r.kernels} == {"sm80"} and r.families == {"attention": 1}
+    cmake = (tmp_path / "lib" / "CMakeLists.txt").read_text()
+    sm90a = cmake.split(f"set(_{LIB}_sources_sm90a")[1].split(")")[0]
+    assert "src/attention/" in sm90a and f"set(_{LIB}_gemm_kernels_sm90a 0)" in cmake
 
 
 def test_python_order_rule():

@@ -162,13 +162,28 @@ def test_export_renders_the_conv_pieces(built):
                     str(out / f"src/{LIB}_table.cpp"), "-o", str(d / "probe")], check=True)
 
 
-def test_a_conv_only_selection_or_missing_hook_is_explained(tmp_path):
-    from emitter.library.export import LibraryError, export_library
+def test_a_conv_only_library_exports_builds_and_dispatches(built, tmp_path):
+    """A library of conv kernels alone: no GEMM row in the tables (an empty GEMM API that finds no kernel), each
+    conv kernel's arch its own CMake group, and the C API (with fake shims, host compiler) runs a conv call."""
+    from emitter.library.export import export_library
 
-    out = _export(tmp_path)
-    with pytest.raises(LibraryError, match="at least one GEMM kernel"):
-        export_library([tmp_path / "gen"], LIB, tmp_path / "lib2", select=["family=conv"])
-    assert out.exists()
+    d, _, _ = built
+    r = export_library([d / "gen"], LIB, tmp_path / "lib", select=["family=conv"])
+    out = tmp_path / "lib"
+    assert r.kernels == [] and r.families == {"conv": 5}
+    names = _conv_names(out)
+    cmake = (out / "CMakeLists.txt").read_text()
+    assert sum(f"src/conv/{n}.launch.cu" in cmake.split(f"set(_{LIB}_sources_sm80")[1].split(")")[0] for n in names) == 4
+    assert f"set(_{LIB}_gemm_kernels_sm90a 0)" in cmake and "a static archive of a library without GEMM kernels" in cmake
+    assert "const int kKernelCount = 0;" in (out / f"src/{LIB}_table.cpp").read_text()
+    so = _build_so(tmp_path, out)
+    m = _loader(out, so, "conv_only")
+    assert m._lib.cvlib_kernel_count() == 0
+    m._lib.cvlib_conv.restype = ctypes.c_int
+    for n in ("g_runs", "g_last_kernel"):
+        setattr(m, "_" + n, ctypes.c_int.in_dll(m._lib, n))
+    status, message = call(m, problem(m))
+    assert (status, message, m._g_runs.value) == (0, "", 1) and m._g_last_kernel.value >= 0
 
 
 # ---- the C API, with fake shims ----------------------------------------------------------------------

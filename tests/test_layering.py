@@ -27,10 +27,10 @@ PKG = ROOT / "emitter"
 KNOWN_FAMILY_NAMES = {
     "emitter/library/cli.py": 1,
     "emitter/library/dispatch.py": 3,
-    "emitter/library/export.py": 13,
+    "emitter/library/export.py": 5,
     "emitter/library/tuning.py": 1,
     "emitter/verify/cli.py": 2,
-    "templates/library/CMakeLists.txt.j2": 8,
+    "templates/library/CMakeLists.txt.j2": 10,
     "templates/library/README.md.j2": 6,
     "templates/library/api.cpp.j2": 41,
     "templates/library/dispatch.h.j2": 2,

@@ -62,9 +62,10 @@ def library(manifests: tuple[Path, ...], name: str, out: Path | None, tuning: tu
     sched = sum(1 for t in r.tuning if t.options)
     fast = sum(1 for k in r.kernels if k.fast_accum)
     families = "".join(f", {n} {f} kernels" for f, n in getattr(r, "families", {}).items())
-    click.echo(f"library {name}: {len(r.kernels)} {'GEMM kernels' if families else 'kernels'} ({arches}"
-               + (f"; {fast} fp8 fast-accum, dispatched only to callers that set fast_accum" if fast else "")
-               + f"){families}, {len(r.tuning)} tuned shapes"
+    own = (f"{len(r.kernels)} {'GEMM kernels' if families else 'kernels'} ({arches}"
+           + (f"; {fast} fp8 fast-accum, dispatched only to callers that set fast_accum" if fast else "") + ")")
+    kinds = own + families if r.kernels else families.removeprefix(", ")     # other families only: just theirs
+    click.echo(f"library {name}: {kinds}, {len(r.tuning)} tuned shapes"
                + (f" ({split} run split-K)" if split else "")
                + (f" ({sched} with run-time scheduler options)" if sched else "") + "; "
                f"{len(r.written)} files written, {r.unchanged} unchanged"

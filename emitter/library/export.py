@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from emitter.families.registry import DEFAULT_FAMILY, entry_family
 from emitter.fsutil import atomic_write_json, write_if_changed
 from emitter.kit.library import ACTIVATIONS, ARCHES, DEFAULT_CUDA_ARCHITECTURES, DTYPES, LibraryError
 from emitter.kit.scheduler import SchedulerOptions
@@ -260,13 +261,11 @@ def export_library(manifest_dirs: Sequence[str | Path], name: str, out: str | Pa
     if not kept:
         raise LibraryError(f"no instance to export: the manifests hold {len(entries)}, the selection kept "
                            f"{len(chosen)}" + (f", and {len(skipped)} were left out ({skipped[0]['reason']})" if skipped else ""))
-    # GEMM is the library's own family; other families plug in through emitter.library.pieces
-    family_entries = [e for e in kept if e.get("family", "gemm") != "gemm"]
-    kept = [e for e in kept if e.get("family", "gemm") == "gemm"]
-    if not kept:
-        raise LibraryError(f"no GEMM instance to export: the selection kept {len(family_entries)} instance(s) of "
-                           f"other families only; a library needs at least one GEMM kernel (its C API and tables "
-                           f"are built around them)")
+    # the default family's C API and tables are the library templates' own; other families plug in through
+    # emitter.library.pieces. A library may hold any mix (none of the default family's kernels: its API is there
+    # and answers NOT_SUPPORTED).
+    family_entries = [e for e in kept if entry_family(e) != DEFAULT_FAMILY]
+    kept = [e for e in kept if entry_family(e) == DEFAULT_FAMILY]
     try:
         kernels = kernel_records(kept)
     except ValueError as e:
@@ -314,7 +313,8 @@ def export_library(manifest_dirs: Sequence[str | Path], name: str, out: str | Pa
 
     # ---- render ----
     LIB = name.upper()
-    arch_list = sorted({k.arch for k in kernels}, key=lambda a: (ARCHES[a][0], a))
+    # every arch of the exported kernels gets a CMake group (the other families' sources build with it)
+    arch_list = sorted({k.arch for k in kernels} | {e["arch"] for e in family_entries}, key=lambda a: (ARCHES[a][0], a))
     ctx: dict[str, Any] = dict(
         lib=name, LIB=LIB, version=__version__, abi_version=abi.ABI_VERSION, project_version=lib_version,
         kernels=kernels, tuning=tuning_recs, archs=arch_list,
@@ -335,9 +335,8 @@ def export_library(manifest_dirs: Sequence[str | Path], name: str, out: str | Pa
     for p in family_pieces:
         for src, arch in p.sources:
             if arch not in arch_list:
-                raise LibraryError(f"the {p.family} family's translation unit {src} is for {arch}, but the library's "
-                                   f"GEMM kernels are {', '.join(arch_list)}: CMake compiles a family's sources with "
-                                   f"the GEMM kernels of their arch (export a GEMM kernel of {arch} too)")
+                raise LibraryError(f"the {p.family} family's translation unit {src} is for {arch}, which none of its "
+                                   f"kernels is (a bug in the family's library_pieces)")
     ctx.update(library_pieces.context(family_pieces))
     ctx["api_functions"] = API_FUNCTIONS + tuple(f[0] for p in family_pieces for f in p.c_functions)
     files: dict[str, str] = {
