@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from emitter.families.attention.backward_model import AttentionBackwardInstance
-from emitter.families.attention.library import LONG_SEQ, MASKS, _NAME_RE, _read_source
+from emitter.families.attention.library_common import LONG_SEQ, MASKS, _NAME_RE, _read_source
 
 C_FUNCTIONS = (
     ("attention_backward_problem_init", "None", ("ctypes.c_void_p",)),

@@ -33,12 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from emitter.families.attention.model import Arch, AttentionInstance, Mask, Schedule
+from emitter.families.attention.library_common import LONG_SEQ, MASKS, _NAME_RE, _read_source
+from emitter.families.attention.model import Arch, AttentionInstance, Schedule
 
-MASKS = {Mask.none: 0, Mask.causal_top_left: 1, Mask.causal_bottom_right: 2}
-LONG_SEQ = 512          # seq_q at and above which larger tiles come first
 DECODE_SEQ = 16         # seq_q up to which split_kv kernels come first (they split long key ranges over CTAs)
-_NAME_RE = re.compile(r"^[a-z0-9_]+$")
 C_FUNCTIONS = (
     ("attention_problem_init", "None", ("ctypes.c_void_p",)),
     ("attention_can_implement", "ctypes.c_int", ("ctypes.c_char_p",)),
@@ -178,18 +176,6 @@ def kernel_records(entries: Sequence[dict[str, Any]], dtype_codes: dict[str, int
             raise error(f"attention instance {name}: dtype {inst.dtype} has no library dtype code")
         out.append(AttentionKernel(len(out), name, inst, code))
     return out
-
-
-def _read_source(root: Path, rel: str, name: str, error: type[Exception]) -> str:
-    from emitter.fsutil import PathEscape, resolve_inside
-
-    try:
-        return resolve_inside(root, rel, f"source of {name}").read_text(encoding="utf-8")
-    except PathEscape as ex:
-        raise error(str(ex)) from None
-    except FileNotFoundError:
-        raise error(f"{Path(root) / rel}: missing (listed in {Path(root) / 'manifest.json'}); run `emitter emit` "
-                    f"again") from None
 
 
 def library_pieces(entries: Sequence[dict[str, Any]], roots: dict[str, Path], ctx: dict[str, Any]):
