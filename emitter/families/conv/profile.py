@@ -498,6 +498,9 @@ def profile_check(data: ConvProfileData, cfg: Any, use_torch: bool, **run_option
                 z = z + flat.float().view(1, -1, *([1] * op.dims))
             if op.activation == "relu":
                 z = torch.relu(z)
+            if not c.is_float:     # integer outputs: rounded to nearest even and saturated, as the kernel converts
+                info = torch.iinfo(torch.int8 if c is DType.s8 else torch.int32)
+                z = torch.clamp(torch.round(z.double()), info.min, info.max)
         finally:
             torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = prev
         data.reference = z
