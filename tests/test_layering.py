@@ -48,8 +48,8 @@ KNOWN_UPWARD = {
     ("emitter.families.attention.runner", "emitter.runtime.pycuda_backend"),
     ("emitter.families.conv.fake", "emitter.runtime.fake_backend"),
 }
-# another family's private names: conv's spec parser on gemm's parsing helpers (they move to emitter/spec/)
-KNOWN_PRIVATE = {("emitter.families.conv.spec", "emitter.families.gemm.spec")}
+# another family's private names: none
+KNOWN_PRIVATE: set[tuple[str, str]] = set()
 # import circles (lazy imports included), each inside one family
 KNOWN_CYCLES = {
     frozenset({"emitter.families.attention.backward_spec", "emitter.families.attention.spec"}),

@@ -36,11 +36,18 @@ from emitter.families.conv.model import (
     AUTO, Activation, Arch, ConvEpilogue, ConvInstance, ConvKernelKind, ConvOp, ConvSchedule, ConvTileScheduler,
     IteratorAlgorithm, Layout, Shape3, SplitK, StrideSupport,
 )
-# the value parsers that have no shared equivalent are the GEMM spec's (one vocabulary for every family)
-from emitter.families.gemm.spec import (
-    _activation, _arch, _clamp, _Ctx, _dtype, _int, _is_single_shape, _mapping, _shape, _split_k,
-)
 from emitter.spec import notices, points, values
+# the value parsers every family shares (emitter/spec/fields.py), under this module's names
+from emitter.spec.fields import Ctx as _Ctx
+from emitter.spec.fields import activation as _activation
+from emitter.spec.fields import arch as _arch
+from emitter.spec.fields import clamp as _clamp
+from emitter.spec.fields import dtype as _dtype
+from emitter.spec.fields import integer as _int
+from emitter.spec.fields import is_single_shape as _is_single_shape
+from emitter.spec.fields import mapping as _mapping
+from emitter.spec.fields import shape as _shape
+from emitter.spec.fields import split_k as _split_k
 from emitter.spec.loader import Document, KeyPath
 from emitter.spec.points import Assign
 

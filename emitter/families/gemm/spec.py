@@ -7,29 +7,28 @@ in the vocabulary is a SpecError naming the file, line, key path, value and the 
 
 from __future__ import annotations
 
-import itertools
 import re
 from typing import Any, Callable, Iterator
 
-from emitter.dtypes import DTYPE_ALIASES, DType
-from emitter.errors import SpecError
+from emitter.dtypes import DType
 from emitter.families.gemm.model import (
     AUTO, Activation, Arch, Bias, Epilogue, EpilogueSchedule, GemmInstance, KernelSchedule, Layout,
     OpClass, Promotion, Raster, Reduction, Shape3, SplitK, TileScheduler,
 )
-from emitter.spec import numbers, points, values
-from emitter.spec.loader import Document, KeyPath, format_path
+from emitter.spec import points, values
+# the value parsers every family shares (emitter/spec/fields.py), under this module's names
+from emitter.spec.fields import Ctx as _Ctx
+from emitter.spec.fields import activation as _activation
+from emitter.spec.fields import arch as _arch
+from emitter.spec.fields import clamp as _clamp
+from emitter.spec.fields import dtype as _dtype
+from emitter.spec.fields import integer as _int
+from emitter.spec.fields import is_single_shape as _is_single_shape
+from emitter.spec.fields import mapping as _mapping
+from emitter.spec.fields import shape as _shape
+from emitter.spec.fields import split_k as _split_k
+from emitter.spec.loader import Document, KeyPath
 from emitter.spec.points import Assign  # canonical key -> parsed value (one point of one sweep axis)
-from emitter.spec.sweep import check_sweep
-
-class _Ctx:
-    def __init__(self, doc: Document):
-        self.doc = doc
-
-    def err(self, path: KeyPath, msg: str, **kw: Any) -> SpecError:
-        return self.doc.error(path, msg, **kw)
-
-    error = err   # the name emitter.spec.points (and check_sweep) raise through
 
 
 # ---------------------------------------------------------------- scalar parsers (value -> enum/int)
@@ -38,19 +37,6 @@ def _enum(enum: type, aliases: dict[str, str] | None = None) -> Callable[[_Ctx, 
     return values.enum_parser(enum, aliases)
 
 
-def _dtype(ctx: _Ctx, path: KeyPath, v: Any) -> DType:
-    if not isinstance(v, str):
-        raise ctx.err(path, "a data type name is expected", value=v, allowed=DType.names())
-    text = DTYPE_ALIASES.get(v.strip().lower(), v.strip().lower())
-    try:
-        return DType.parse(text)
-    except KeyError:
-        raise ctx.err(path, f"unknown data type '{v}'", value=v, allowed=DType.names(),
-                      fix="use one of the allowed names (aliases like fp16, bfloat16, int8 also work)") from None
-
-
-_arch = _enum(Arch, {"sm_80": "sm80", "sm_90a": "sm90a", "sm90": "sm90a", "sm_90": "sm90a", "sm_75": "sm75",
-                     "sm_86": "sm86", "sm_89": "sm89"})
 _layout = _enum(Layout, {"rowmajor": "row", "row_major": "row", "r": "row", "t": "row",
                          "colmajor": "col", "column": "col", "col_major": "col", "column_major": "col",
                          "c": "col", "n": "col"})
@@ -58,9 +44,7 @@ _op_class = _enum(OpClass, {"tensor_op": "tensorop", "tensor": "tensorop", "wgmm
 _kernel_schedule = _enum(KernelSchedule, {"coop": "cooperative", "ping_pong": "pingpong"})
 _epilogue_schedule = _enum(EpilogueSchedule, {"nosmem": "no_smem"})
 _tile_scheduler = _enum(TileScheduler, {"streamk": "stream_k", "stream-k": "stream_k"})
-_activation = _enum(Activation, {"none": "identity", "linear": "identity", "swish": "silu"})
 _bias = _enum(Bias, {"per_row": "row", "per_column": "column", "col": "column", "per_col": "column"})
-_split_k = _enum(SplitK, {"no": "none", "off": "none"})
 _raster = _enum(Raster, {"auto": "heuristic", "m": "along_m", "n": "along_n", "alongm": "along_m",
                          "alongn": "along_n"})
 _promotion = _enum(Promotion, {"overlapped": "overlap", "default": "serial"})
@@ -68,40 +52,7 @@ _reduction = _enum(Reduction, {"nondet": "nondeterministic", "non_deterministic"
                                "det": "deterministic"})
 
 
-def _int(lo: int, hi: int, *, auto: bool = False, choices: tuple[int, ...] | None = None):
-    return numbers.integer(lo, hi, auto=auto, choices=choices)
-
-
 _bool = values.boolean
-
-
-FLT_MAX = 3.4028234663852886e38   # the epilogue's bounds are C++ float literals: they must fit a float
-
-
-def _float(ctx: _Ctx, path: KeyPath, v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v in (float("inf"), float("-inf")):
-        raise ctx.err(path, "a finite number is expected", value=v, allowed=f"a number from -{FLT_MAX:.7g} to {FLT_MAX:.7g}")
-    if abs(v) > FLT_MAX:
-        shown = v if isinstance(v, float) else f"an integer of {len(str(abs(v))) if abs(v) < 10 ** 400 else 'over 400'} digits"
-        raise ctx.err(path, "out of the range of a C++ float (the kernel's epilogue holds it as float)", value=shown,
-                      allowed=f"a number from -{FLT_MAX:.7g} to {FLT_MAX:.7g}", fix="use a smaller bound")
-    return float(v)
-
-
-def _as_f32(v: float) -> float:
-    import struct
-    return struct.unpack("f", struct.pack("f", v))[0]
-
-
-_shape3 = numbers.shape("MNK", lo=1, hi=4096, example="128x256x64",
-                        range_message="shape dimensions must be positive and at most 4096",
-                        range_fix="use a CUTLASS tile size such as 64, 128 or 256")
-# three numbers (any of them possibly wrong, e.g. 32.5) are one shape; a sweep lists shapes (strings or lists)
-_is_single_shape = numbers.is_single_shape
-
-
-def _shape(ctx: _Ctx, path: KeyPath, v: Any) -> Shape3:
-    return Shape3(*_shape3(ctx, path, v))
 
 
 # ---------------------------------------------------------------- spec keys -> canonical keys
@@ -109,42 +60,6 @@ def _shape(ctx: _Ctx, path: KeyPath, v: Any) -> Shape3:
 def _leaf(canon: str, parser: Callable[[_Ctx, KeyPath, Any], Any], *, shape: bool = False):
     """A key with one canonical target; a list sweeps (for shapes, a list of shapes)."""
     return points.leaf(canon, parser, single=_is_single_shape if shape else None)
-
-
-def _mapping(subkeys: dict[str, Callable], shorthand: Callable[[_Ctx, KeyPath, Any], list[Assign]] | None,
-             what: str, required: tuple[str, ...] = (), example: str = ""):
-    """A key whose value is a mapping of sub-keys (each may sweep) or a shorthand scalar; `required` sub-keys
-    must be in the mapping form."""
-    def group(ctx: _Ctx, path: KeyPath, v: Any) -> list[Assign]:
-        if isinstance(v, list):
-            if not v:
-                raise ctx.err(path, "an empty list sweeps nothing", value=v)
-            out: list[Assign] = []
-            for i, item in enumerate(v):
-                out += group(ctx, path + (i,), item)
-                check_sweep(ctx.doc, path, [(format_path(path), len(out))], what=f"the list of {what} settings")
-            return out
-        if isinstance(v, dict):
-            for k in v:      # a misspelt sub-key first: `{aa: f16}` is a typo of `a`, not a mapping without it
-                if k not in subkeys:
-                    raise ctx.err(path + (k,), f"unknown key '{k}' in {what}", value=k, allowed=sorted(subkeys),
-                                  fix=_did_you_mean(k, subkeys))
-            missing = [k for k in required if k not in v]
-            if missing:
-                raise ctx.err(path, f"{what} mapping needs '{missing[0]}'", value=v, allowed=sorted(subkeys),
-                              fix=f"add `{missing[0]}:` ({example})" if example else f"add `{missing[0]}:`")
-            axes = [subkeys[k](ctx, path + (k,), sub) for k, sub in v.items()]
-            check_sweep(ctx.doc, path, [(format_path(path + (k,)), len(a)) for k, a in zip(v, axes)],
-                        what=f"{what}")
-            return [_merge(combo) for combo in itertools.product(*axes)] if axes else [{}]
-        if shorthand is None:
-            raise ctx.err(path, f"{what} must be a mapping", value=v, allowed=sorted(subkeys))
-        return shorthand(ctx, path, v)
-    return group
-
-
-_merge = points.merge
-_did_you_mean = points.did_you_mean
 
 
 def _dtype_shorthand(ctx: _Ctx, path: KeyPath, v: Any) -> list[Assign]:
@@ -173,23 +88,6 @@ def _alignment_shorthand(ctx: _Ctx, path: KeyPath, v: Any) -> list[Assign]:
 
 def _schedule_shorthand(ctx: _Ctx, path: KeyPath, v: Any) -> list[Assign]:
     return [{"kernel_schedule": _kernel_schedule(ctx, path, v)}]
-
-
-def _clamp(ctx: _Ctx, path: KeyPath, v: Any) -> list[Assign]:
-    if isinstance(v, list) and len(v) == 2:
-        lo, hi = _float(ctx, path + (0,), v[0]), _float(ctx, path + (1,), v[1])
-    elif isinstance(v, dict) and set(v) <= {"min", "max"}:
-        lo = _float(ctx, path + ("min",), v.get("min", 0.0))
-        hi = _float(ctx, path + ("max",), v.get("max", 6.0))
-    else:
-        raise ctx.err(path, "clamp bounds must be [min, max] or {min: .., max: ..}", value=v)
-    if lo >= hi:
-        raise ctx.err(path, f"clamp min {lo} must be below max {hi}", value=v)
-    if _as_f32(lo) >= _as_f32(hi):
-        raise ctx.err(path, f"clamp bounds {lo!r} and {hi!r} are the same number as C++ floats "
-                            f"({_as_f32(lo)!r}): the clamp would be a constant", value=v,
-                      fix="make the bounds differ within float precision (about 7 significant digits)")
-    return [{"clamp_min": lo, "clamp_max": hi}]
 
 
 def _activation_shorthand(ctx: _Ctx, path: KeyPath, v: Any) -> list[Assign]:
