@@ -324,3 +324,18 @@ def test_every_backward_point_resolves_and_renders_or_is_rejected_with_a_rule():
         assert f"emitter_{name}_kernel" in text and str(backward_sm80.smem_bytes(r)) in text
 
     prop()
+
+
+def test_profile_files_backward_instances_under_their_own_op(emitted):
+    """`emitter profile` over a manifest with backward instances: each gets its own op (JSON round trip), which no
+    profile problem applies to, so the worker times nothing for it instead of failing."""
+    from emitter.families.attention.profile import AttentionProfileProblem
+
+    out, manifest = emitted
+    cfg = rt.config_from_entry(next(e for e in manifest["instances"] if e["config"].get("op") == "backward"))
+    op = rt.profile_op(cfg)
+    assert op.key.startswith("attnbwd_") and rt.profile_op_from_json(op.to_json()) == op
+    problem = AttentionProfileProblem(1, 8, 2, 128, 128, cfg.head_dim, cfg.head_dim_v, causal=cfg.causal)
+    assert rt.profile_applies(op, problem) is False
+    fwd = rt.config_from_entry(next(e for e in manifest["instances"] if e["config"].get("op") != "backward"))
+    assert rt.profile_applies(rt.profile_op(fwd), AttentionProfileProblem(1, 8, 2, 128, 128, 64, 64, causal=True))

@@ -396,12 +396,54 @@ def c_problem(cfg: BackwardConfig, p: AttentionProblem, pointers: Mapping[str, i
     return c
 
 
+# ---------------------------------------------------------------------------------------------- profile
+@dataclass(frozen=True)
+class BackwardProfileOp:
+    """What `emitter profile` files a backward instance under. No profile problem is a backward one yet (a
+    profile problem's FLOPs are the forward's), so profile_applies is False for every problem: the worker
+    loads the kernel and times nothing for it (tests/test_attention_backward_gpu.py times the backward against
+    SDPA's)."""
+
+    FAMILY = "attention"
+    dtype: str
+    head_dim: int
+    head_dim_v: int
+    mask: str
+    layout: str = "bshd"
+
+    @property
+    def a(self) -> str:
+        return self.dtype
+
+    @property
+    def key(self) -> str:
+        mask = {"none": "full", "causal_top_left": "causal", "causal_bottom_right": "causalbr"}.get(self.mask, self.mask)
+        return f"attnbwd_{self.dtype}_d{self.head_dim}_{mask}_{self.layout}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"family": "attention", "op": "backward", "dtype": self.dtype, "head_dim": self.head_dim,
+                "head_dim_v": self.head_dim_v, "mask": self.mask, "layout": self.layout, "key": self.key}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "BackwardProfileOp":
+        return cls(str(d["dtype"]), int(d["head_dim"]), int(d.get("head_dim_v", d["head_dim"])), str(d["mask"]),
+                   str(d.get("layout", "bshd")))
+
+
+def profile_op(cfg: BackwardConfig) -> BackwardProfileOp:
+    return BackwardProfileOp(cfg.dtype.yaml, int(cfg.head_dim), int(cfg.head_dim_v), cfg.mask.value, cfg.layout.value)
+
+
+def profile_applies(op: Any, problem: Any) -> bool:
+    return False
+
+
 def fake_run(cfg: BackwardConfig, p: AttentionProblem, buffers: Mapping[str, Any],
              faults: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     from emitter.families.attention.backward_fake import fake_run as run
     return run(cfg, p, buffers, faults)
 
 
-__all__ = ["BackwardConfig", "BACKWARD_FAULTS", "GRAD_REL", "GUARD", "config_from_entry", "default_problems",
+__all__ = ["BackwardConfig", "BackwardProfileOp", "profile_op", "profile_applies", "BACKWARD_FAULTS", "GRAD_REL", "GUARD", "config_from_entry", "default_problems",
            "not_supported_reasons", "footprint", "flops", "make_inputs", "reference", "compare", "c_problem",
            "fake_run", "grad_problem", "is_backward"]

@@ -252,17 +252,14 @@ def fake_run(cfg, p, buffers, faults):  # noqa: F811
     return _fake_run_by_op(cfg, p, buffers, keep)
 
 
-def _forward_only(name: str):
-    forward = globals()[name]
-
-    @_functools.wraps(forward)
-    def hook(cfg, *args, **kwargs):
-        if _bwd_rt.is_backward(cfg):
-            from emitter.errors import EmitterError
-            raise EmitterError(f"{getattr(cfg, 'name', '?')}: attention backward instances are verified "
-                               f"(`emitter verify`), not profiled yet: leave them out with --exclude 'op=backward'")
-        return forward(cfg, *args, **kwargs)
-    return hook
+# profile: a backward instance has its own op, which no profile problem applies to yet (BackwardProfileOp)
+profile_op = _by_op("profile_op")
+_forward_op_from_json, _forward_applies = profile_op_from_json, profile_applies
 
 
-profile_op = _forward_only("profile_op")
+def profile_op_from_json(d: Mapping[str, Any]):  # noqa: F811
+    return _bwd_rt.BackwardProfileOp.from_json(d) if d.get("op") == "backward" else _forward_op_from_json(d)
+
+
+def profile_applies(op, problem) -> bool:  # noqa: F811
+    return False if isinstance(op, _bwd_rt.BackwardProfileOp) else _forward_applies(op, problem)
