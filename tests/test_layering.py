@@ -46,7 +46,6 @@ KNOWN_UPWARD = {
     ("emitter.families.attention.backward_runtime", "emitter.runtime"),
     ("emitter.families.attention.runner", "emitter.runtime.fake_backend"),
     ("emitter.families.attention.runner", "emitter.runtime.pycuda_backend"),
-    ("emitter.families.conv.fake", "emitter.runtime.fake_backend"),
 }
 # another family's private names: none
 KNOWN_PRIVATE: set[tuple[str, str]] = set()

@@ -39,3 +39,8 @@ class BackendUnavailable(RuntimeBackendError):
     """The backend cannot be used here (no PyCUDA, no GPU)."""
 
     exit_code = 2
+
+
+class FakeFaultError(BackendUnavailable, ValueError):
+    """A fault plan the fake backend does not know, or one a family's fake cannot plant on this problem (bad input:
+    exit code 2)."""

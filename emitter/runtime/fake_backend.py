@@ -27,13 +27,10 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from emitter.families.base import Inputs
+from emitter.kit.failures import FakeFaultError
 from emitter.runtime.backend import (
-    Backend, BackendUnavailable, CannotImplement, CudaFault, Kernel, LaunchFailed, RunResult, family_config,
+    Backend, CannotImplement, CudaFault, Kernel, LaunchFailed, RunResult, family_config,
 )
-
-class FakeFaultError(BackendUnavailable, ValueError):
-    """A fault plan the fake backend does not know (bad input: exit code 2)."""
-
 
 GENERIC_FAULTS = ("crash", "hang", "illegal_address", "launch_error", "cannot_implement")
 

@@ -68,7 +68,7 @@ def _swapped_filter(faults: Mapping[str, Any], w_shape: tuple[int, ...]) -> bool
     if "conv_swapped_filter_axes" not in faults:
         return False
     if w_shape[2] != w_shape[3]:
-        from emitter.runtime.fake_backend import FakeFaultError
+        from emitter.kit.failures import FakeFaultError
 
         raise FakeFaultError(f"conv_swapped_filter_axes needs a square filter (R = S), this problem's is "
                              f"R={w_shape[2]} S={w_shape[3]}: exchanging them would not fit the filter; plant it on "
