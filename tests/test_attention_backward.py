@@ -130,7 +130,7 @@ def emitted(tmp_path_factory):
 def test_config_emits_and_renders_each_level(emitted):
     out, manifest = emitted
     names = [e["name"] for e in manifest["instances"] if e["config"].get("op") == "backward"]
-    assert len(names) == 14 and not manifest["rejected"] and all(n.startswith("attn_bwd_sm80_") for n in names)
+    assert len(names) == 16 and not manifest["rejected"] and all(n.startswith("attn_bwd_sm80_") for n in names)
     # the forward the GPU test's training step pairs with: an op: forward entry, named as forward instances are
     assert [e["name"] for e in manifest["instances"] if "op" not in e["config"]] == \
         ["attn_sm80_bf16_d64_64x64_multistage_s4_causaltl_bshd_lse_gqa"]

@@ -182,8 +182,9 @@ SPEED = [  # (head_dim, seq, causal): B*S = 16k tokens, H*D = 2048 (the issue's 
     (128, 1024, False), (128, 1024, True), (128, 4096, False), (128, 4096, True),
     (64, 1024, False), (64, 1024, True), (64, 4096, False), (64, 4096, True),
 ]
-KERNELS = {(128, False): ["attn_bwd_sm80_bf16_d128_128x128_nomask_bshd_gqa"],
-           (128, True): ["attn_bwd_sm80_bf16_d128_128x128_causaltl_bshd_gqa"],
+KERNELS = {(128, False): ["attn_bwd_sm80_bf16_d128_128x128_nomask_bshd_gqa", "attn_bwd_sm80_bf16_d128_128x64_nomask_bshd_gqa"],
+           (128, True): ["attn_bwd_sm80_bf16_d128_128x128_causaltl_bshd_gqa",
+                         "attn_bwd_sm80_bf16_d128_128x64_causaltl_bshd_gqa"],
            (64, False): ["attn_bwd_sm80_bf16_d64_64x64_nomask_bshd_gqa", "attn_bwd_sm80_bf16_d64_128x128_nomask_bshd_gqa"],
            (64, True): ["attn_bwd_sm80_bf16_d64_64x64_causaltl_bshd_gqa", "attn_bwd_sm80_bf16_d64_128x128_causaltl_bshd_gqa"]}
 
