@@ -1,38 +1,7 @@
-"""The library's family plug: what a kernel family adds to an exported library without editing
-templates/library/*.
-
-GEMM is the library's own family (its C API, dispatch and Python functions are templates/library/*). Another
-family (attention, conv, ...) whose package `emitter.families.<f>` defines
-
-    library_pieces(entries, roots, ctx) -> LibraryPieces
-
-gets its manifest entries (those with `family: <f>`, after --select/--exclude/--arch and build-failure
-filtering), the manifest directory of each (`roots[name]`), and the library's template context `ctx` (lib,
-LIB, version, abi_version, dtype_codes, ...; a copy), and returns the pieces below: C/C++/Python TEXT, which
-the family renders from its own templates (templates/<f>/library/*.j2, through emitter.render.environment()
-with ctx). The library templates paste each piece at a fixed place (docs/architecture.md "Library pieces a
-family provides"):
-
-    header       include/<lib>/<lib>.h, before the closing extern "C": the family's problem struct(s) and
-                 `<LIB>_API <lib>_status <lib>_<family>(const <lib>_<family>_problem*, void* workspace,
-                 size_t workspace_bytes, <lib>_stream_t stream);` declarations
-    api          src/<lib>_api.cpp, at the end (inside no namespace): definitions; they may use the file's
-                 helpers (fail, succeed, device_cc, log_enabled: anonymous namespace, same translation unit)
-    table        src/<lib>_table.cpp, at the end: the family's kernel table (columns are the family's own)
-    python       python/<lib>.py, at the end: the family's Python functions (e.g. attention(q, k, v, *,
-                 causal, scale, lse, cu_seqlens_q, cu_seqlens_k)); they may use the loader's helpers
-                 (_view, _layout, OperandError, load, _check, _call, _stream_handle, _empty, _init_torch, ...)
-    c_functions  (name without the `<lib>_` prefix, ctypes restype, [ctypes argtypes]) of each new C function:
-                 exported by the linker map and declared by the loader's load()
-    python_names names added to the loader's __all__
-    files        extra files of the tree (relative path -> text): the family's instances and their
-                 translation units
-    sources      (relative path, arch) of the .cu translation units among `files` that CMake compiles with
-                 the kernels of that arch (sm80, sm90a, ...)
-    context      more template context, visible to the family's pieces as ctx[<family>]
-
-`context` is also visible to the library's own templates as ctx[<family>]. A family without `library_pieces`
-cannot be exported (LibraryError naming it, with the --exclude that leaves its instances out).
+"""The library's family plug, stage side: collect() asks each family of the selected instances for its
+LibraryPieces (emitter/kit/library.py says what each slot holds and where it lands) and context() turns them into
+the library templates' context. A family without `library_pieces` cannot be exported (the error names the
+--exclude that leaves its instances out).
 """
 
 from __future__ import annotations
