@@ -142,7 +142,7 @@ def main() -> int:
     ap.add_argument("--problem", action="append", required=True, help="MxNxK (repeatable)")
     ap.add_argument("--split-k", default="1", help="split counts for split-K kernels, e.g. 1,2,4")
     ap.add_argument("--options", default="", help="run-time scheduler options for every launch, e.g. "
-                    "'reduction=nondeterministic' (emitter/runtime/options.py)")
+                    "'reduction=nondeterministic' (emitter/families/gemm/options.py)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--profile", action="store_true", help="also run `emitter profile` once per workspace_reset mode")
     ap.add_argument("--json", default=None, help="also write the rows here")

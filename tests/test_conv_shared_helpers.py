@@ -1,4 +1,4 @@
-"""The conv family on the shared spec and launch helpers (emitter/spec/points.py, values.py, runtime/prepare.py).
+"""The conv family on the shared spec and launch helpers (emitter/spec/points.py, values.py, emitter/kit/prepare.py).
 
 Conv's spec parser sweeps, excludes and reports unknown keys through emitter.spec.points as the GEMM and attention
 parsers do, and ConvLaunch prepares its launches through emitter.kit.prepare. The messages are conv's own

@@ -1,5 +1,5 @@
-"""Run-time scheduler options (emitter/runtime/options.py): the ABI encoding, the text form, and which
-instances can take them (the host shims' refusals, mirrored without a GPU); `emitter verify --scheduler`."""
+"""Run-time scheduler options (emitter/kit/scheduler.py, emitter/families/gemm/options.py): the ABI encoding, the
+text form, and which instances can take them (the host shims' refusals, mirrored without a GPU); `emitter verify --scheduler`."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The attention family's library pieces (`emitter library`, issue 27 must-have 6): what an exported library
-gains from attention instances, through the plug of emitter/library/pieces.py (docs/architecture.md "Library
+gains from attention instances, through the plug of emitter/kit/library.py (docs/architecture.md "Library
 pieces a family provides"; docs/library.md "Attention").
 
     C API      <lib>_attention(const <lib>_attention_problem*, void* workspace, size_t workspace_bytes, stream),

@@ -1,4 +1,4 @@
-"""The conv family's pieces of an exported library (emitter.library.pieces; docs/library.md "Convolution").
+"""The conv family's pieces of an exported library (emitter.kit.library.LibraryPieces; docs/library.md "Convolution").
 
 `library_pieces(entries, roots, ctx)` turns the selected conv instances into:
   header  <lib>_conv_problem / <lib>_conv_selection and <lib>_conv, _conv_can_implement, _conv_workspace_size,
