@@ -38,6 +38,7 @@ def library(manifests: tuple[Path, ...], name: str, out: Path | None, tuning: tu
       cmake -S dist/mykernels -B build && cmake --build build -j && cmake --install build --prefix /opt/mykernels
     """
     from emitter.api import export_library
+    from emitter.families.registry import DEFAULT_FAMILY
 
     out = out or Path("dist") / name
     r = export_library(manifests, name, out, tuning=tuning, select=select, exclude=exclude, archs=archs,
@@ -62,7 +63,7 @@ def library(manifests: tuple[Path, ...], name: str, out: Path | None, tuning: tu
     sched = sum(1 for t in r.tuning if t.options)
     fast = sum(1 for k in r.kernels if k.fast_accum)
     families = "".join(f", {n} {f} kernels" for f, n in getattr(r, "families", {}).items())
-    own = (f"{len(r.kernels)} {'GEMM kernels' if families else 'kernels'} ({arches}"
+    own = (f"{len(r.kernels)} {DEFAULT_FAMILY.upper() + ' kernels' if families else 'kernels'} ({arches}"
            + (f"; {fast} fp8 fast-accum, dispatched only to callers that set fast_accum" if fast else "") + ")")
     kinds = own + families if r.kernels else families.removeprefix(", ")     # other families only: just theirs
     click.echo(f"library {name}: {kinds}, {len(r.tuning)} tuned shapes"

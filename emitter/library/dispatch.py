@@ -53,6 +53,7 @@ import struct
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Sequence
 
+from emitter.families.registry import DEFAULT_FAMILY, entry_family
 from emitter.kit.library import ACTIVATIONS, ARCHES, DTYPE_ANY, DTYPE_BITS, DTYPES
 
 # ---- GEMM's enum codes (the C header's values; append only) -------------------------------------
@@ -221,8 +222,8 @@ def kernel_records(entries: Sequence[dict[str, Any]]) -> list[KernelRecord]:
     recs = []
     for e in sorted(entries, key=lambda e: e["name"]):
         cfg = e["config"]
-        if e.get("family", "gemm") != "gemm":
-            raise ExportError(f"{e['name']}: family {e.get('family')!r} cannot be exported yet (gemm only)")
+        if entry_family(e) != DEFAULT_FAMILY:      # the table of the library's own family (the registry's default)
+            raise ExportError(f"{e['name']}: family {e.get('family')!r} cannot be exported yet ({DEFAULT_FAMILY} only)")
         arch = e.get("arch") or cfg["arch"]
         if arch not in ARCHES:
             raise ExportError(f"{e['name']}: arch {arch!r} is not supported by `emitter library` "
