@@ -76,10 +76,7 @@ if [ "$GROUP" = all ] || [ "$GROUP" = attention ]; then
   build "$WORK/att90" "${specs[@]}"
   export EMITTER_ATTENTION_SM90A_BUILD="$WORK/att90"
   export EMITTER_ATTN_DIR="$WORK/att80"          # test_attention_gpu's fixture emits + builds here
-  if [ -f configs/attention/sm80_backward.yaml ]; then
-    build "$WORK/attbwd" configs/attention/sm80_backward.yaml
-    export EMITTER_ATTENTION_BACKWARD_BUILD="$WORK/attbwd"
-  fi
+  export EMITTER_ATTN_BWD_DIR="$WORK/attbwd"    # test_attention_backward_gpu's fixture emits + builds here
   run_group attention
 fi
 
