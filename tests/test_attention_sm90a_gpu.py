@@ -78,6 +78,7 @@ def _run_and_check(cfg, kern, *, b=2, sq=256, sk=256, hq=4, hkv=None, scale=0.0,
     from emitter.families.attention.torch_run import compare, reference
 
     hkv = hkv or (2 if cfg["gqa"] else hq)
+    lse = lse and cfg.get("lse", True)      # an instance built without the LSE output (lse: false) takes none
     q, k, v, o = _tensors(cfg, b, sq, sk, hq, hkv, magnitude=magnitude, layout=layout)
     lse_t = torch.full((b, hq, sq), float("nan"), device="cuda", dtype=torch.float32) if lse else None
     if packed_strides:
