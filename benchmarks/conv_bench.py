@@ -5,7 +5,7 @@ On the GPU machine (H100 / H200), from the repository root:
 
     python3 benchmarks/conv_bench.py --out $OUT/conv -j 16 [--doc docs/conv_performance.md]
 
-1. emit configs/conv/sm90a_bench.yaml (64 instances: 52 sm90a, 12 sm80) and build them (`emitter build -j N`);
+1. emit configs/conv/sm90a_bench.yaml (76 instances: 64 sm90a, 12 sm80) and build them (`emitter build -j N`);
 2. verify every built kernel on its default problems (odd C/K/H/W, stride 2, dilation 2, 1x1, 7x7, asymmetric
    padding, beta 0 and != 0) against a float64 torch reference with poisoned outputs (emitter.families.conv.runner);
    a kernel that fails is not timed;
