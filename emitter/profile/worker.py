@@ -468,9 +468,17 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
     for name, (_k, op, _man, _why) in kernels.items():
         ops.setdefault(op.key, (op, []))[1].append(name)
 
+    # pruned measurements of the (op, problem) being measured: logged once the problem is done, so that when
+    # every candidate was pruned (a baseline far ahead of them all) the best-probed one is timed anyway and its
+    # timed record, not a pruned one, is the record of that launch (the log keeps a launch's first result)
+    pruned: list[Measurement] = []
+    timed: set[tuple[str, str]] = set()       # (op, problem) with a kernel timed correctly in this sitting
+
     def measure(n: str, split: int, opts: int, problem: Any, op: Any, op_key: str, data: Any,
-                best_ms: float | None) -> Measurement | None:
-        """Check and time kernel n at (split, opts) and log it; None after a CUDA fault (the worker must exit)."""
+                best_ms: float | None, waived: str | None = None) -> Measurement | None:
+        """Check and time kernel n at (split, opts) and log it (a pruned one goes to `pruned`, logged later);
+        `waived`: timed without pruning, for that reason (recorded in its extra). None after a CUDA fault (the
+        worker must exit)."""
         kernel, _op, man, why = kernels[n]
         m = Measurement("kernel", n, "emitter", op, problem, OK, None, gpu, man, split_k=split, options=opts)
         if kernel is None:
@@ -479,7 +487,7 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
             return m
         log.write({"type": "start", "kind": "kernel", "name": n, "problem": problem.key, "op": op_key,
                    "split_k": split, "options": opts})
-        prune_ms = config.timing.prune * best_ms if (config.timing.prune and best_ms) else None
+        prune_ms = config.timing.prune * best_ms if (not waived and config.timing.prune and best_ms) else None
         try:
             m = engine.kernel(kernel, data, m, prune_ms=prune_ms)
         except Exception as e:
@@ -492,13 +500,39 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
                 _say(gpu, f"{problem.key:>22} {n}: CUDA fault ({m.reason}); restarting")
                 return None
             return m
-        log.write({"type": "result", "measurement": m.to_json()})
+        if m.ok:
+            timed.add((op_key, problem.key))
+            if waived:
+                m.extra = {**(m.extra or {}), "pruning_waived": waived}
+        if m.status == PRUNED:
+            pruned.append(m)
+        else:
+            log.write({"type": "result", "measurement": m.to_json()})
         if m.ok:
             tf = problem.flops / (m.stats.median_ms * 1e-3) / 1e12
             _say(gpu, f"{problem.key:>22} {m.label[:64]:<64} {m.stats.median_ms * 1e3:10.1f} us {tf:7.1f} TFLOP/s")
         else:
             _say(gpu, f"{problem.key:>22} {m.label[:64]:<64} {m.status}: {m.reason}")
         return m
+
+    def timed_ok(op_key: str, pkey: str) -> bool:
+        return (op_key, pkey) in timed or not pruned
+
+    def flush_pruned() -> None:
+        for m in pruned:
+            log.write({"type": "result", "measurement": m.to_json()})
+        pruned.clear()
+
+    def rescue(problem: Any, op: Any, op_key: str, data: Any) -> bool:
+        """Every candidate that ran correctly was pruned (their probes all slower than prune x the best so
+        far, a baseline's included): time the best-probed one anyway, so the problem keeps a timed kernel
+        (and a tuning entry). False after a CUDA fault."""
+        best = min(pruned, key=lambda m: (float((m.extra or {}).get("probe_ms") or float("inf")), m.label))
+        pruned.remove(best)
+        why = (f"every candidate's probe was over {config.timing.prune:g}x the best so far; timed anyway as the "
+               f"best-probed one ({float((best.extra or {}).get('probe_ms') or 0):.4g} ms) so the problem keeps a "
+               "timed kernel")
+        return measure(best.name, best.split_k, best.options, problem, op, op_key, data, None, waived=why) is not None
 
     # scheduler `top`: the first pass times every kernel at its compiled-in choices, the second the other
     # variants on the `top` fastest of each (op, problem)
@@ -575,7 +609,10 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
                                 return EXIT_FAULT
                             if m.ok:
                                 best_ms = min(best_ms, m.stats.median_ms) if best_ms else m.stats.median_ms
+                if not timed_ok(op_key, problem.key) and not rescue(problem, op, op_key, data):
+                    return EXIT_FAULT
             finally:
+                flush_pruned()
                 try:
                     engine.release(data)
                 except Exception:
