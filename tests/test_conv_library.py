@@ -9,8 +9,11 @@
 * the Python piece (conv2d / conv2d_input_grad / conv2d_weight_grad) on torch-like stand-ins over that library:
   explicit bad operand sets refused with OperandError, good ones reaching the shim with exact pointers and strides,
   and a hypothesis property test: every random operand set ends in OperandError or in a launch whose tensors lie
-  inside the caller's buffers.
-No nvcc, no GPU, no torch."""
+  inside the caller's buffers; a C the kernels refuse (C = 3) padded to their channel multiple;
+* torch.ops.<lib>.conv2d's autograd with torch's CPU tensors (where torch is installed): the backward dispatches to
+  conv2d_input_grad / conv2d_weight_grad (their implementations replaced by torch's CPU convolution) with gradients
+  equal to torch's, eager and under torch.compile(fullgraph=True); the fakes' shapes under FakeTensorMode.
+No nvcc, no GPU."""
 
 from __future__ import annotations
 
@@ -58,13 +61,14 @@ _FAKE_SHIMS_HEAD = r"""
 #include "emitter_conv_abi.h"
 extern "C" {
 emitter_conv_problem g_last;
-int g_runs = 0, g_last_kernel = -1, g_refuse = 0;
+int g_runs = 0, g_last_kernel = -1, g_refuse = 0, g_align_c = 0;
 long long g_workspace = 0;
 void* g_last_ws = nullptr;
 void* g_last_stream = nullptr;
 static int fake_query(int i, const emitter_conv_problem* p, emitter_launch* out) {
   if (p == nullptr || out == nullptr) return EMITTER_INVALID_ARGUMENT;
   if (g_refuse & (1 << i)) return EMITTER_CANNOT_IMPLEMENT;
+  if (g_align_c && p->c % g_align_c) return EMITTER_CANNOT_IMPLEMENT;   // the real kernels' channel-alignment rule
   std::memset(out, 0, sizeof(*out));
   out->workspace_bytes = g_workspace;
   return EMITTER_OK;
@@ -492,6 +496,230 @@ def test_python_good_calls_reach_the_shim_exactly(mod):
     # select
     s = mod.conv_select("fprop", x, w, None, padding=1)
     assert s["reason"] == "static priority" and "sm90a" in s["kernel"]
+
+
+def test_python_pads_a_c_the_kernels_refuse(mod, monkeypatch):
+    """C = 3 with kernels that need C % 8 == 0: x and w (fprop), w (dgrad) or x (wgrad) go to the kernel as copies
+    padded with zero channels to C = 8, the gradient comes back at C = 3; a C a kernel takes as is, a refusal that
+    padding does not cure and an explicit stream= do not pad."""
+    pads, unpads = [], []
+
+    def pad(t, cp):
+        p = cl((t.shape[0], cp, *t.shape[2:]), t.dtype)
+        pads.append((t, p))
+        return p
+
+    monkeypatch.setattr(mod, "_conv_pad_c", pad)
+    monkeypatch.setattr(mod, "_conv_unpad_c", lambda t, res: unpads.append((t, res)))
+    align = ctypes.c_int.in_dll(mod._lib, "g_align_c")
+    align.value = 8
+    mod._CONV_PLANS.clear()
+    try:
+        x, w, gy = cl((2, 3, 9, 7)), cl((24, 3, 3, 3)), cl((2, 24, 9, 7))
+        for rep in range(2):                      # the second call through the cached plan: fresh copies again
+            runs = mod._g_runs.value
+            y = mod.conv2d(x, w, padding=1)
+            e = last(mod)
+            assert mod._g_runs.value == runs + 1 and len(pads) == 2 * (rep + 1) and not unpads
+            assert pads[-2][0] is x and pads[-1][0] is w and y.shape == (2, 24, 9, 7)
+            assert (e["c"], e["k"], e["ptr_x"], e["ptr_w"], e["ptr_y"]) == \
+                (8, 24, pads[-2][1].data_ptr(), pads[-1][1].data_ptr(), y.data_ptr())
+            assert e["stride_x"][2:] == (7 * 8, 8) and e["stride_w"][2:] == (3 * 8, 8)
+        for rep in range(2):
+            gx = mod.conv2d_input_grad(gy, w, (2, 3, 9, 7), padding=1)
+            e = last(mod)
+            assert pads[-1][0] is w and unpads[-1][1] is gx and gx.shape == (2, 3, 9, 7)
+            assert e["c"] == 8 and unpads[-1][0].shape == (2, 8, 9, 7) and e["ptr_x"] == unpads[-1][0].data_ptr()
+            assert e["ptr_w"] == pads[-1][1].data_ptr() and e["ptr_y"] == gy.data_ptr()
+            gw = mod.conv2d_weight_grad(x, gy, (24, 3, 3, 3), padding=1)
+            e = last(mod)
+            assert pads[-1][0] is x and unpads[-1][1] is gw and gw.shape == (24, 3, 3, 3)
+            assert e["c"] == 8 and unpads[-1][0].shape == (24, 8, 3, 3) and e["ptr_w"] == unpads[-1][0].data_ptr()
+        assert len(pads) == 8 and len(unpads) == 4
+        # out= of fprop receives the padded problem's output directly
+        out = cl((2, 24, 9, 7))
+        assert mod.conv2d(x, w, padding=1, out=out) is out and last(mod)["ptr_y"] == out.data_ptr()
+        assert last(mod)["c"] == 8
+        # no padding where the refusal is not the channel count's: an explicit stream, or every kernel refusing
+        n = len(pads)
+        with pytest.raises(mod.Error) as info:
+            mod.conv2d(x, w, padding=1, stream=0x7000)
+        assert info.value.status == 1 and "c=3" in str(info.value) and len(pads) == n
+        mod._g_refuse.value = -1
+        mod._CONV_PLANS.clear()
+        with pytest.raises(mod.Error) as info:
+            mod.conv2d(x, w, padding=1)
+        assert info.value.status == 1 and "c=3" in str(info.value), str(info.value)
+        mod._g_refuse.value = 0
+        # kernels that take C = 3 as is: no copy
+        align.value = 0
+        mod._CONV_PLANS.clear()
+        n = len(pads)
+        mod.conv2d(x, w, padding=1)
+        assert last(mod)["c"] == 3 and len(pads) == n
+    finally:
+        align.value = 0
+        mod._g_refuse.value = 0
+        mod._CONV_PLANS.clear()
+
+
+# ---- torch.ops.<lib>.conv2d's autograd (torch's CPU tensors) ----------------------------------------
+
+@pytest.fixture(scope="module")
+def tmod(built):
+    """The loader with torch, its custom ops registered under a namespace of their own (whatever an earlier load of
+    this library in the process registered)."""
+    pytest.importorskip("torch")
+    d, out, so = built
+    m = _loader(out, so, "autograd")
+    m._init_torch()
+    m.NAME = f"{LIB}_autograd"
+    m._CONV_OPS_NS = None
+    return m, m._conv_register_torch_ops()
+
+
+def _cpu_conv_run(torch, calls):
+    """_conv_run's stand-in: torch's own CPU convolution per op, each call recorded (op, geometry, shape)."""
+    import torch.nn.functional as F
+
+    def run(op, function, x, w, y, out, bias, shape, stride, padding, dilation, *rest):
+        geo = dict(stride=tuple(stride), padding=tuple(padding), dilation=tuple(dilation))
+        calls.append((op, tuple(stride), tuple(padding), tuple(dilation), None if shape is None else tuple(shape)))
+        if op == "fprop":
+            r = F.conv2d(x, w, bias, **geo)
+        elif op == "dgrad":
+            r = torch.nn.grad.conv2d_input(tuple(shape), w, y, **geo)
+        else:
+            r = torch.nn.grad.conv2d_weight(x, tuple(shape), y, **geo)
+        return r.contiguous(memory_format=torch.channels_last)
+    return run
+
+
+def _grads_case(torch, x_grad=True, bias=True):
+    g = torch.Generator().manual_seed(5)
+    cl_ = torch.channels_last
+    x = torch.randn(2, 5, 9, 7, dtype=torch.float64, generator=g).to(memory_format=cl_).requires_grad_(x_grad)
+    w = torch.randn(6, 5, 3, 3, dtype=torch.float64, generator=g).to(memory_format=cl_).requires_grad_()
+    b = torch.randn(6, dtype=torch.float64, generator=g).requires_grad_() if bias else None
+    return x, w, b, torch.randn(2, 6, 5, 7, dtype=torch.float64, generator=g)
+
+
+GEO = dict(stride=(2, 1), padding=(1, 2), dilation=(1, 2))
+
+
+def _want(torch, x, w, b, gy):
+    import torch.nn.functional as F
+
+    xs, ws = x.detach().clone().requires_grad_(x.requires_grad), w.detach().clone().requires_grad_()
+    bs = None if b is None else b.detach().clone().requires_grad_()
+    (F.conv2d(xs, ws, bs, **GEO) * gy).sum().backward()
+    return xs.grad, ws.grad, None if bs is None else bs.grad
+
+
+def test_conv2d_backward_dispatches_dgrad_and_wgrad(tmod, monkeypatch):
+    import torch
+
+    m, ns = tmod
+    calls = []
+    monkeypatch.setattr(m, "_conv_run", _cpu_conv_run(torch, calls))
+    geo = ((2, 1), (1, 2), (1, 2))
+    for x_grad, bias in ((True, True), (False, True), (True, False)):
+        calls.clear()
+        x, w, b, gy = _grads_case(torch, x_grad, bias)
+        y = m.conv2d(x, w, bias=b, **GEO)
+        assert y.shape == (2, 6, 5, 7) and y.grad_fn is not None
+        (y * gy).sum().backward()
+        want = _want(torch, x, w, b, gy)
+        expect = [("fprop", *geo, None)] + ([("dgrad", *geo, (2, 5, 9, 7))] if x_grad else []) + \
+            [("wgrad", *geo, (6, 5, 3, 3))]
+        assert calls == expect, calls
+        assert (x.grad is None) != x_grad and torch.allclose(w.grad, want[1])
+        if x_grad:
+            assert torch.allclose(x.grad, want[0])
+        if bias:
+            assert torch.allclose(b.grad, want[2])
+    # no gradient recorded: the plain call, no graph
+    calls.clear()
+    with torch.no_grad():
+        y = m.conv2d(x, w, **GEO)
+    assert y.grad_fn is None and [c[0] for c in calls] == ["fprop"]
+    with pytest.raises(m.OperandError, match="not supported when a gradient is recorded"):
+        m.conv2d(x, w, kernel="any", **GEO)
+
+
+def test_conv2d_forward_and_backward_under_torch_compile(tmod, monkeypatch):
+    import torch
+
+    m, ns = tmod
+    calls = []
+    monkeypatch.setattr(m, "_conv_run", _cpu_conv_run(torch, calls))
+    x, w, b, gy = _grads_case(torch)
+
+    def loss(x, w, b, gy):
+        return (m.conv2d(x, w, bias=b, **GEO) * gy).sum()
+
+    # the forward compiled as one graph; AOT autograd compiles its backward (the joint graph) with it
+    torch._dynamo.reset()
+    loss_ = torch.compile(loss, fullgraph=True, backend="aot_eager")(x, w, b, gy)
+    assert not calls or calls[0][0] == "fprop"
+    loss_.backward()
+    for g_, w_ in zip((x.grad, w.grad, b.grad), _want(torch, x, w, b, gy)):
+        assert torch.allclose(g_, w_)
+    assert [c[0] for c in calls] == ["fprop", "dgrad", "wgrad"], calls
+
+
+def test_fake_implementations_and_the_traced_backward(tmod):
+    """Under FakeTensorMode the ops' fakes give shapes and channels_last strides; the backward traced by make_fx holds
+    conv2d_input_grad / conv2d_weight_grad (only for inputs that need a gradient) and the bias sum."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    m, ns = tmod
+    cl_ = torch.channels_last
+    with FakeTensorMode():
+        x = torch.empty(2, 16, 9, 7, dtype=torch.float16).to(memory_format=cl_).requires_grad_()
+        w = torch.empty(24, 16, 3, 3, dtype=torch.float16).to(memory_format=cl_).requires_grad_()
+        b = torch.empty(24, dtype=torch.float16, requires_grad=True)
+        y = ns.conv2d(x, w, b, [2, 2], [1, 1], [1, 1])
+        assert y.shape == (2, 24, 5, 4) and y.is_contiguous(memory_format=cl_)
+        y.float().sum().backward()
+        assert x.grad.shape == x.shape and x.grad.is_contiguous(memory_format=cl_)
+        assert w.grad.shape == w.shape and w.grad.is_contiguous(memory_format=cl_) and b.grad.shape == (24,)
+        gy = torch.empty(2, 24, 5, 4, dtype=torch.float16).to(memory_format=cl_)
+        gx = ns.conv2d_input_grad(gy, w, [2, 16, 9, 7], [2, 2], [1, 1], [1, 1])
+        gw = ns.conv2d_weight_grad(x, gy, [24, 16, 3, 3], [2, 2], [1, 1], [1, 1])
+        assert gx.shape == (2, 16, 9, 7) and gw.shape == (24, 16, 3, 3) and gx.dtype == gw.dtype == torch.float16
+        assert gx.is_contiguous(memory_format=cl_) and gw.is_contiguous(memory_format=cl_)
+
+    def step(x, w, b):
+        y = ns.conv2d(x, w, b, [1, 1], [1, 1], [1, 1])
+        wrt = [t for t in (x, w, b) if t.requires_grad]
+        return torch.autograd.grad(y.float().sum(), wrt)
+
+    for x_grad in (True, False):
+        x = torch.empty(2, 16, 9, 7, dtype=torch.float16).to(memory_format=cl_).requires_grad_(x_grad)
+        w = torch.empty(24, 16, 3, 3, dtype=torch.float16).to(memory_format=cl_).requires_grad_()
+        b = torch.empty(24, dtype=torch.float16, requires_grad=True)
+        gm = make_fx(step, tracing_mode="fake")(x, w, b)
+        targets = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+        mine = [t.split(".")[1] for t in targets if t.startswith(f"{m.NAME}.")]
+        assert mine == ["conv2d"] + (["conv2d_input_grad"] if x_grad else []) + ["conv2d_weight_grad"], targets
+        assert any("sum" in t for t in targets)
+
+
+def test_channel_padding_helpers_on_torch_tensors(tmod):
+    import torch
+
+    m, _ = tmod
+    cl_ = torch.channels_last
+    x = torch.randn(2, 3, 5, 4, dtype=torch.float16).to(memory_format=cl_)
+    p = m._conv_pad_c(x, 8)
+    assert p.shape == (2, 8, 5, 4) and p.stride() == (160, 1, 32, 8)
+    assert torch.equal(p[:, :3], x) and not p[:, 3:].any()
+    res = torch.empty(2, 3, 5, 4, dtype=torch.float16).to(memory_format=cl_)
+    m._conv_unpad_c(p, res)
+    assert torch.equal(res, x) and res.is_contiguous(memory_format=cl_)
 
 
 _RUNS = {"ok": 0, "refused": 0}

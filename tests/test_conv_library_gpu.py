@@ -3,8 +3,10 @@ library needs them), sm80 f16 fprop / dgrad / wgrad and sm90a f16 fprop / dgrad 
 only in emitter: CUTLASS's strided-dgrad kernels are not built)
 (emit -> export -> CMake, about 2-3 minutes on 16 cores), then conv2d / conv2d_input_grad / conv2d_weight_grad
 on channels_last torch tensors against torch (odd H/W, stride 2, padding, dilation, asymmetric padding), every
-kernel forced by name once, refusals (C = 3, bias without a bias kernel) as clear errors, torch.compile
-(fullgraph=True) and CUDA graph capture + replay.
+kernel forced by name once, refusals (C = 3 with stream=, bias without a bias kernel) as clear errors, torch.compile
+(fullgraph=True) and CUDA graph capture + replay; a small CNN's training step through conv2d's autograd (the
+library's dgrad / wgrad, the first layer's C = 3 padded) against torch's own gradients, eager, under torch.compile
+(fullgraph=True) and in a CUDA graph.
 
 $EMITTER_CONV_LIBRARY: an exported and built tree to use instead of building one."""
 
@@ -157,8 +159,8 @@ def test_refusals_are_clear(lib):
     import torch
 
     x, wt = cl(torch, 2, 3, 9, 9), cl(torch, 8, 3, 3, 3)
-    with pytest.raises(lib.Error) as e:      # C = 3: these kernels need C % 8 == 0 (no fixed-channel kernel here)
-        lib.conv2d(x, wt, padding=1)
+    with pytest.raises(lib.Error) as e:      # C = 3 is padded to 8 except with an explicit stream=
+        lib.conv2d(x, wt, padding=1, stream=torch.cuda.current_stream())
     assert e.value.status == 1 and "can implement" in str(e.value)
     x, wt = cl(torch, 2, 16, 9, 9), cl(torch, 8, 16, 3, 3)
     with pytest.raises(lib.Error) as e:      # no bias kernel in this library
@@ -226,3 +228,124 @@ def test_cuda_graph_capture_and_replay(lib):
         _check(out, want, "out= in a CUDA graph replay")
         _check(y, want, "allocated output in a CUDA graph replay")
         _check(dw, torch.nn.grad.conv2d_weight(x.double(), wt.shape, out.double(), padding=1), "wgrad in a replay")
+
+
+# ---- training through the library: conv2d's autograd (dgrad / wgrad kernels), C = 3 padded ---------------------
+
+def _net(conv, x, ws):
+    """A small CNN: C = 3 -> 16 (3x3), 16 -> 32 (3x3, dilation 2), 32 -> 16 (1x1), ReLU between."""
+    h = conv(x, ws[0], padding=1).relu()
+    h = conv(h, ws[1], padding=2, dilation=2).relu()
+    return conv(h, ws[2])
+
+
+def _net_case(torch, n=4, h=13, w=11):
+    x = cl(torch, n, 3, h, w)
+    ws = [cl(torch, 16, 3, 3, 3) * 0.5, cl(torch, 32, 16, 3, 3) * 0.25, cl(torch, 16, 32, 1, 1) * 0.25]
+    return x, [t.contiguous(memory_format=torch.channels_last) for t in ws], torch.randn(n, 16, h, w, device="cuda")
+
+
+def _net_grads(conv, x, ws, target, dtype, x_grad):
+    import torch
+
+    xs = x.detach().to(dtype).contiguous(memory_format=torch.channels_last).requires_grad_(x_grad)
+    ps = [w.detach().to(dtype).contiguous(memory_format=torch.channels_last).requires_grad_() for w in ws]
+    y = _net(conv, xs, ps)
+    loss = (y * target.double()).sum() if dtype == torch.float64 else (y.float() * target).sum()
+    loss.backward()
+    return ([xs.grad] if x_grad else []) + [p.grad for p in ps]
+
+
+def _rel(got, ref) -> float:
+    return ((got.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-6)).item()
+
+
+def _judge(got, torch_own, ref, what):
+    """The library's gradients against float64, as close as torch's own f16 convolution's (cuDNN) are, or 1e-2."""
+    for i, (g, t, r) in enumerate(zip(got, torch_own, ref)):
+        assert g.shape == r.shape, (what, i, g.shape, r.shape)
+        e, et = _rel(g, r), _rel(t, r)
+        assert e < max(1e-2, 4 * et), f"{what}: gradient {i}: library {e:.3e}, torch {et:.3e} against float64"
+
+
+def test_training_step_gradients_match_torch(lib):
+    """loss.backward() through lib.conv2d (autograd -> the library's dgrad / wgrad; layer 1's C = 3 padded to 8) gives
+    the gradients torch's own f16 conv2d gives, both against float64 -- for the input too (the padded dgrad)."""
+    import torch
+    import torch.nn.functional as F
+
+    x, ws, target = _net_case(torch)
+    for x_grad in (False, True):
+        ref = _net_grads(F.conv2d, x, ws, target, torch.float64, x_grad)
+        own = _net_grads(F.conv2d, x, ws, target, torch.float16, x_grad)
+        got = _net_grads(lib.conv2d, x, ws, target, torch.float16, x_grad)
+        torch.cuda.synchronize()
+        _judge(got, own, ref, f"eager, x.requires_grad={x_grad}")
+        for g in got:
+            assert g.dtype == torch.float16 and g.is_contiguous(memory_format=torch.channels_last)
+    y = lib.conv2d(x, ws[0], padding=1)                # C = 3 without autograd: the padded fprop
+    _check(y, F.conv2d(x.double(), ws[0].double(), padding=1), "conv2d C = 3")
+
+
+def test_training_step_under_torch_compile_fullgraph(lib):
+    import importlib.util as iu
+
+    import torch
+    import torch.nn.functional as F
+
+    x, ws, target = _net_case(torch)
+    ref = _net_grads(F.conv2d, x, ws, target, torch.float64, False)
+    own = _net_grads(F.conv2d, x, ws, target, torch.float16, False)
+
+    def loss_fn(x, p0, p1, p2, target):
+        return (_net(lib.conv2d, x, [p0, p1, p2]).float() * target).sum()
+
+    for backend in ("aot_eager",) + (("inductor",) if iu.find_spec("triton") else ()):
+        torch._dynamo.reset()
+        ps = [w.detach().clone().requires_grad_() for w in ws]
+        loss = torch.compile(loss_fn, fullgraph=True, backend=backend)(x, *ps, target)
+        loss.backward()
+        torch.cuda.synchronize()
+        _judge([p.grad for p in ps], own, ref, f"torch.compile(fullgraph=True, backend={backend!r})")
+
+
+def test_training_step_in_a_cuda_graph(lib):
+    """forward + loss.backward() + an SGD update captured once, replayed on new inputs: the gradients of each replay
+    match float64, the update is applied (no host sync inside: the capture would fail)."""
+    import torch
+    import torch.nn.functional as F
+
+    x, ws, target = _net_case(torch)
+    ps = [w.detach().clone().requires_grad_() for w in ws]
+    lr = 1e-3
+
+    def step():
+        loss = (_net(lib.conv2d, x, ps).float() * target).sum()
+        loss.backward()
+        with torch.no_grad():
+            for p in ps:
+                p.sub_(lr * p.grad)
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            for p in ps:
+                p.grad = None
+            step()
+    torch.cuda.current_stream().wait_stream(s)
+    for p in ps:
+        p.grad = None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for _ in range(2):
+        x.copy_(torch.randn_like(x))
+        before = [p.detach().clone() for p in ps]
+        ref = _net_grads(F.conv2d, x, before, target, torch.float64, False)
+        own = _net_grads(F.conv2d, x, before, target, torch.float16, False)
+        graph.replay()
+        torch.cuda.synchronize()
+        _judge([p.grad for p in ps], own, ref, "CUDA graph replay")
+        for p, b in zip(ps, before):     # the update, to f16 rounding
+            assert not torch.equal(p.detach(), b) and (p.detach() - (b - lr * p.grad)).abs().max().item() <= 1e-3
