@@ -75,3 +75,32 @@ class LibraryPieces:
     sources: tuple[tuple[str, str], ...] = ()
     context: dict[str, Any] = field(default_factory=dict)
     kernels: int = 0    # how many kernels the family exports (the summary line)
+
+
+def tuning_problem_label(problem: Any) -> str:
+    """A tuning entry's problem as one short label for reports (its fields, the family left out)."""
+    if not isinstance(problem, dict):
+        return repr(problem)
+    return ",".join(f"{k}={'x'.join(map(str, v)) if isinstance(v, (list, tuple)) else v}" for k, v in problem.items()
+                    if k != "family")
+
+
+# ---- the dispatch distance every family's tuned walk uses (C twin: log2_fixed in templates/library/dispatch.h.j2) ----
+LOG2_FRAC_BITS = 16
+
+
+def log2_fixed(x: int) -> int:
+    """floor(log2(x) * 2**16) for an integer x >= 1, by repeated squaring (integer-only: the C++ twin
+    `log2_fixed` gives the same bits). Exact integer part, 16 fractional bits (error < 2**-16)."""
+    if x < 1:
+        raise ValueError(f"log2_fixed needs x >= 1, got {x}")
+    ip = x.bit_length() - 1
+    # y in [1, 2) as Q1.31
+    y = (x << (31 - ip)) if ip <= 31 else (x >> (ip - 31))
+    frac = 0
+    for i in range(1, LOG2_FRAC_BITS + 1):
+        y = (y * y) >> 31
+        if y >= (2 << 31):
+            y >>= 1
+            frac |= 1 << (LOG2_FRAC_BITS - i)
+    return (ip << LOG2_FRAC_BITS) | frac

@@ -56,19 +56,28 @@ def library(manifests: tuple[Path, ...], name: str, out: Path | None, tuning: tu
             click.echo(f"    {d['kernel']}{split} @ {'x'.join(map(str, d['problem']))}: {d['reason']}")
         if len(r.dropped_tuning) > 10:
             click.echo(f"    ... (all in {out / 'manifest.json'}: left_out.tuning_entries)")
+    # a tuning entry whose kernel the export does not hold: its shape dispatches to the nearest other record
+    missing = [d for d in r.dropped_tuning if d.get("missing_kernel")]
+    for d in missing:
+        click.echo(f"warning: tuning entry {d['source']}: entries[{d.get('position')}] "
+                   f"({'x'.join(map(str, d['problem']))}) names kernel {d['kernel']}, which is not in this export: "
+                   "not used", err=True)
     for n in r.notes:
         click.echo(f"note: {n}", err=True)
     arches = ", ".join(f"{n} {a}" for a, n in sorted(by_arch.items()))
     split = sum(1 for t in r.tuning if t.split_k > 1)
     sched = sum(1 for t in r.tuning if t.options)
     fast = sum(1 for k in r.kernels if k.fast_accum)
-    families = "".join(f", {n} {f} kernels" for f, n in getattr(r, "families", {}).items())
+    tuned = getattr(r, "family_tuned", {})
+    families = "".join(f", {n} {f} kernels" + (f" ({tuned[f]} tuned problems)" if tuned.get(f) else "")
+                       for f, n in getattr(r, "families", {}).items())
     own = (f"{len(r.kernels)} {DEFAULT_FAMILY.upper() + ' kernels' if families else 'kernels'} ({arches}"
            + (f"; {fast} fp8 fast-accum, dispatched only to callers that set fast_accum" if fast else "") + ")")
     kinds = own + families if r.kernels else families.removeprefix(", ")     # other families only: just theirs
     click.echo(f"library {name}: {kinds}, {len(r.tuning)} tuned shapes"
                + (f" ({split} run split-K)" if split else "")
-               + (f" ({sched} with run-time scheduler options)" if sched else "") + "; "
+               + (f" ({sched} with run-time scheduler options)" if sched else "")
+               + (f", {len(missing)} tuning entries name kernels not in the export" if missing else "") + "; "
                f"{len(r.written)} files written, {r.unchanged} unchanged"
                + (f", {len(r.removed)} removed" if r.removed else "") + f" -> {out}")
     click.echo(f"  build: cmake -S {out} -B {out}/build && cmake --build {out}/build -j && "

@@ -55,30 +55,11 @@ from typing import Any, Callable, Iterable, Sequence
 
 from emitter.families.registry import DEFAULT_FAMILY, entry_family
 from emitter.kit.library import ACTIVATIONS, ARCHES, DTYPE_ANY, DTYPE_BITS, DTYPES
+from emitter.kit.library import LOG2_FRAC_BITS, log2_fixed  # noqa: F401 (the dispatch rule's distance, shared with the families)
 
 # ---- GEMM's enum codes (the C header's values; append only) -------------------------------------
 LAYOUTS = {"row": 1, "col": 2}
 BIASES = {"none": 0, "row": 1, "column": 2}
-
-LOG2_FRAC_BITS = 16
-
-
-def log2_fixed(x: int) -> int:
-    """floor(log2(x) * 2**16) for an integer x >= 1, by repeated squaring (integer-only: the C++ twin
-    `log2_fixed` gives the same bits). Exact integer part, 16 fractional bits (error < 2**-16)."""
-    if x < 1:
-        raise ValueError(f"log2_fixed needs x >= 1, got {x}")
-    ip = x.bit_length() - 1
-    # y in [1, 2) as Q1.31
-    y = (x << (31 - ip)) if ip <= 31 else (x >> (ip - 31))
-    frac = 0
-    for i in range(1, LOG2_FRAC_BITS + 1):
-        y = (y * y) >> 31
-        if y >= (2 << 31):
-            y >>= 1
-            frac |= 1 << (LOG2_FRAC_BITS - i)
-    return (ip << LOG2_FRAC_BITS) | frac
-
 
 def f32(x: float) -> float:
     """x rounded to float32 (what the C++ table holds)."""

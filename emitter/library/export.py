@@ -31,12 +31,12 @@ from typing import Any, Sequence
 
 from emitter.families.registry import DEFAULT_FAMILY, entry_family
 from emitter.fsutil import atomic_write_json, write_if_changed
-from emitter.kit.library import ACTIVATIONS, ARCHES, DEFAULT_CUDA_ARCHITECTURES, DTYPES, LibraryError
+from emitter.kit.library import ACTIVATIONS, ARCHES, DEFAULT_CUDA_ARCHITECTURES, DTYPES, LibraryError, tuning_problem_label
 from emitter.kit.scheduler import SchedulerOptions
 from emitter.library import abi
 from emitter.library.dispatch import (KernelRecord, Query, TuningRecord, candidate_order, kernel_records, log2_fixed,
                                       tuning_records)
-from emitter.library.tuning import TuningEntry, check_options, check_split_k, load_all
+from emitter.library.tuning import TuningEntry, check_options, check_split_k, family_entries as family_tuning_entries, load_all
 from emitter.manifest import load as load_manifest, manifest_path
 from emitter.render import templates_root
 from emitter.version import __version__
@@ -67,6 +67,7 @@ class ExportResult:
     removed: list[str] = field(default_factory=list)
     manifest: dict[str, Any] = field(default_factory=dict)
     families: dict[str, int] = field(default_factory=dict)              # other families exported: kernel counts
+    family_tuned: dict[str, int] = field(default_factory=dict)          # their tuning records (profiled problems)
 
 
 def check_name(name: str) -> str:
@@ -136,7 +137,8 @@ def resolve_tuning(kernels: Sequence[KernelRecord], entries: Sequence[TuningEntr
     for e in entries:
         k = by_name.get(e.kernel)
         if k is None:
-            dropped.append({"kernel": e.kernel, "problem": list(e.shape), "source": e.source,
+            dropped.append({"kernel": e.kernel, "problem": list(e.shape), "source": e.source, "position": e.position,
+                            "missing_kernel": True,
                             "reason": "kernel not in this library (not in the manifests, or left out by --select/--exclude/--arch "
                                       "or a failed build)"})
             continue
@@ -287,11 +289,14 @@ def export_library(manifest_dirs: Sequence[str | Path], name: str, out: str | Pa
     family_tuning = [str(t) for t in tuning if _is_rows_table(t)]
     tuning = [t for t in tuning if str(t) not in family_tuning]
     t_entries = load_all(tuning, allow_unmeasured=allow_unmeasured_tuning)
+    # the other families' entries of the same tables (`emitter profile` writes one table for every family it
+    # timed) go to their library hooks (ctx["tuning_entries"][family])
+    fam_entries = family_tuning_entries(tuning, allow_unmeasured=allow_unmeasured_tuning)
     tuning_recs, dropped, notes = resolve_tuning(kernels, t_entries)
     check_tuning_invariant(kernels, tuning_recs)
     if not tuning:
         notes.append("no --tuning table: every problem dispatches in the fixed fallback order")
-    elif not tuning_recs:
+    elif not tuning_recs and not fam_entries:
         notes.append("the tuning tables name none of the exported kernels: dispatch uses the fallback order only")
 
     # ---- CUTLASS ----
@@ -329,6 +334,8 @@ def export_library(manifest_dirs: Sequence[str | Path], name: str, out: str | Pa
     )
     if family_tuning:
         ctx["family_tuning"] = family_tuning
+    if fam_entries:
+        ctx["tuning_entries"] = fam_entries
     from emitter.library import pieces as library_pieces
 
     family_pieces = library_pieces.collect(family_entries, root_of, ctx, LibraryError)
@@ -338,6 +345,15 @@ def export_library(manifest_dirs: Sequence[str | Path], name: str, out: str | Pa
                 raise LibraryError(f"the {p.family} family's translation unit {src} is for {arch}, which none of its "
                                    f"kernels is (a bug in the family's library_pieces)")
     ctx.update(library_pieces.context(family_pieces))
+    # tuning entries a family's hook could not use (a kernel not exported, ...) are reported like GEMM's
+    for p in family_pieces:
+        dropped.extend(p.context.get("dropped_tuning", ()))
+    exported = {p.family for p in family_pieces}
+    for fam, ents in sorted(fam_entries.items()):
+        if fam not in exported:
+            dropped.extend({"kernel": str(e.get("kernel")), "problem": [tuning_problem_label(e.get("problem"))],
+                            "source": e["source"], "position": e["position"], "missing_kernel": True,
+                            "reason": f"kernel not in this library (the export holds no {fam} kernel)"} for e in ents)
     ctx["api_functions"] = API_FUNCTIONS + tuple(f[0] for p in family_pieces for f in p.c_functions)
     files: dict[str, str] = {
         "CMakeLists.txt": _render("CMakeLists.txt.j2", **ctx),
@@ -378,7 +394,8 @@ def export_library(manifest_dirs: Sequence[str | Path], name: str, out: str | Pa
                 raise LibraryError(f"{out} exists and is not an exported library (no {LIBRARY_KIND} manifest.json); "
                                    f"choose another -o or pass --force to write into it") from None
     result = ExportResult(out=out, name=name, kernels=kernels, tuning=tuning_recs, skipped=skipped,
-                          dropped_tuning=dropped, notes=notes, families={p.family: p.kernels for p in family_pieces})
+                          dropped_tuning=dropped, notes=notes, families={p.family: p.kernels for p in family_pieces},
+                          family_tuned={p.family: int(p.context.get("tuning") or 0) for p in family_pieces})
     for rel, text in files.items():
         if write_if_changed(out / rel, text):
             result.written.append(rel)

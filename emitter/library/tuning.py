@@ -164,8 +164,40 @@ def unmeasured(data: dict[str, Any]) -> str | None:
     return None
 
 
-def load(path: str | Path, allow_unmeasured: bool = False) -> list[TuningEntry]:
-    p = Path(path)
+def entry_family(e: Any) -> str | None:
+    """The family a tuning entry belongs to: `problem.family` (or `op.family`), as `emitter profile` writes for
+    every family but the library's own (whose entries carry none); None when the entry names no family."""
+    if not isinstance(e, dict):
+        return None
+    for part in ("problem", "op"):
+        fam = e.get(part).get("family") if isinstance(e.get(part), dict) else None
+        if isinstance(fam, str):
+            return fam
+    return None
+
+
+def _own(e: Any) -> bool:
+    from emitter.families.registry import DEFAULT_FAMILY
+
+    return entry_family(e) in (None, DEFAULT_FAMILY)
+
+
+def family_entries(paths: Sequence[str | Path], allow_unmeasured: bool = False) -> dict[str, list[dict[str, Any]]]:
+    """The entries of the other families (attention, conv, ...) in tuning tables, by family, each a copy of the
+    entry with `source` (the table's path), `position` (its index in `entries`) and `gpu_cc` added: the family's
+    library hook reads them (ctx["tuning_entries"][family]). The tables are checked as `load` checks them."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for path in paths:
+        data = _read(Path(path), allow_unmeasured)
+        gpu_cc = _cc(data.get("gpu"))
+        for i, e in enumerate(data["entries"]):
+            if not _own(e):
+                out.setdefault(str(entry_family(e)), []).append({**e, "source": str(path), "position": i,
+                                                                 "gpu_cc": gpu_cc})
+    return out
+
+
+def _read(p: Path, allow_unmeasured: bool) -> dict[str, Any]:
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -186,9 +218,18 @@ def load(path: str | Path, allow_unmeasured: bool = False) -> list[TuningEntry]:
                           f"dispatched as if timed on a cc {_cc(data.get('gpu')) / 10:.1f} GPU. Profile on the GPU "
                           f"(emitter profile without --backend fake), or pass --allow-unmeasured-tuning to export it "
                           f"anyway (tests, demos)")
+    return data
+
+
+def load(path: str | Path, allow_unmeasured: bool = False) -> list[TuningEntry]:
+    """The library's own family's entries of a tuning table (another family's go to `family_entries`)."""
+    p = Path(path)
+    data = _read(p, allow_unmeasured)
     gpu_cc = _cc(data.get("gpu"))
     out = []
     for i, e in enumerate(data["entries"]):
+        if not _own(e):
+            continue
         where = f"{p}: entries[{i}]"
         if not isinstance(e, dict) or not isinstance(e.get("kernel"), str) or not isinstance(e.get("problem"), dict):
             raise TuningError(f"{where}: needs 'kernel' (an instance name) and 'problem' ({{m, n, k[, batch]}})")

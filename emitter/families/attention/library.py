@@ -16,14 +16,18 @@ pieces a family provides"; docs/library.md "Attention").
     backward   `op: backward` instances (beside a forward one): backward_library.py adds <lib>_attention_backward,
                attention_backward() and the autograd of torch.ops.<lib>.attention
 
-Dispatch (no tuning table holds attention entries yet: `emitter profile` records GEMM shapes only): the
-candidates are the kernels whose compiled operation matches the problem (dtype, head dims, mask, varlen;
-GQA when heads_kv != heads_q; LSE when an LSE pointer is given; key-tail masking when seq_k is not a tile_kv
-multiple) and that run on the device; they are tried in the order of `order_key` (mirrored in C by the api
+Dispatch: the candidates are the kernels whose compiled operation matches the problem (dtype, head dims, mask,
+varlen; GQA when heads_kv != heads_q; LSE when an LSE pointer is given; key-tail masking when seq_k is not a
+tile_kv multiple) and that run on the device. Tuned first: the kernels of the tuning records (`emitter profile`'s
+tuning.json entries of the attention family: dtype, head dims, mask, GQA ratio, sequence lengths -> kernel) among
+the candidates, nearest record first by `tuning_distance` (sum of |log2| differences over batch x heads_q,
+heads_q / heads_kv, seq_q, seq_k; 16.16 fixed point, the GEMM rule's log2_fixed; records measured on another
+compute capability are not used); then the rest in the static order of `order_key` (mirrored in C by the api
 piece): arch-specific kernels of the device first (sm90a on cc 9.0), then split_kv kernels first for decode
 (seq_q <= DECODE_SEQ) and last otherwise, then fewer unused features (an LSE
 kernel for a problem without LSE, a GQA kernel for equal heads), then tile area (larger first when
-seq_q >= LONG_SEQ, smaller first below), then name. The first whose host shim accepts runs.
+seq_q >= LONG_SEQ, smaller first below), then name. The first whose host shim accepts runs. Attention kernels
+have no run-time options (no split-K, no scheduler options): an entry with others is left out and reported.
 """
 
 from __future__ import annotations
@@ -129,6 +133,29 @@ class AttentionKernel:
         return cc == self.cc if self.arch_specific else cc >= self.cc
 
 
+@dataclass(frozen=True)
+class AttentionTuningRecord:
+    """A profiled problem and its winner (the C table's kAttentionTuning row)."""
+    kernel: int
+    batch: int
+    heads_q: int
+    heads_kv: int
+    seq_q: int
+    seq_k: int
+    cc: int = 0          # compute capability x 10 of the GPU it was measured on; 0 = unknown (used on any)
+
+
+def tuning_distance(t: AttentionTuningRecord, *, batch: int, heads_q: int, heads_kv: int, seq_q: int, seq_k: int) -> int:
+    """|log2| distance between a record and a problem (templates/attention/library/api.cpp.j2 computes the same)."""
+    from emitter.kit.library import log2_fixed
+
+    def d(a: int, b: int) -> int:
+        return abs(log2_fixed(max(a, 1)) - log2_fixed(max(b, 1)))
+
+    return (d(t.batch * t.heads_q, batch * heads_q) + d(t.heads_q // max(t.heads_kv, 1), heads_q // max(heads_kv, 1))
+            + d(t.seq_q, seq_q) + d(t.seq_k, seq_k))
+
+
 def order_key(k: AttentionKernel, cc: int, seq_q: int, lse: bool, gqa: bool) -> tuple:
     """The static dispatch priority among candidates (lower first); templates/attention/library/api.cpp.j2
     computes the same key."""
@@ -140,9 +167,11 @@ def order_key(k: AttentionKernel, cc: int, seq_q: int, lse: bool, gqa: bool) -> 
 
 
 def candidates(kernels: Sequence[AttentionKernel], *, cc: int, dtype: int, head_dim: int, head_dim_v: int, mask: int,
-               varlen: bool, heads_q: int, heads_kv: int, seq_q: int, seq_k: int, lse: bool) -> list[AttentionKernel]:
-    """The kernels that compute this problem's operation on a device of `cc`, in dispatch order (the host
-    shims' can_implement decides among them at run time)."""
+               varlen: bool, heads_q: int, heads_kv: int, seq_q: int, seq_k: int, lse: bool, batch: int = 1,
+               tuning: Sequence[AttentionTuningRecord] = ()) -> list[AttentionKernel]:
+    """The kernels that compute this problem's operation on a device of `cc`, in dispatch order: the tuned
+    ones nearest record first, then the static order (the host shims' can_implement decides among them at run
+    time)."""
     out = []
     for k in kernels:
         i = k.inst
@@ -153,7 +182,77 @@ def candidates(kernels: Sequence[AttentionKernel], *, cc: int, dtype: int, head_
         if not varlen and not i.key_tail and seq_k % i.tile_kv:
             continue
         out.append(k)
-    return sorted(out, key=lambda k: order_key(k, cc, seq_q, lse, heads_kv != heads_q))
+    static = sorted(out, key=lambda k: order_key(k, cc, seq_q, lse, heads_kv != heads_q))
+    ok = {k.index for k in static}
+    ranked = sorted(((tuning_distance(t, batch=batch, heads_q=heads_q, heads_kv=heads_kv, seq_q=seq_q, seq_k=seq_k), i)
+                     for i, t in enumerate(tuning) if t.kernel in ok and t.cc in (0, cc)))
+    by_index = {k.index: k for k in static}
+    tuned: list[AttentionKernel] = []
+    for _, i in ranked:
+        k = by_index[tuning[i].kernel]
+        if k not in tuned:
+            tuned.append(k)
+    return tuned + [k for k in static if k not in tuned]
+
+
+def tuning_records(kernels: Sequence[AttentionKernel], entries: Sequence[dict[str, Any]], backward: Sequence[str] = ()
+                   ) -> tuple[list[AttentionTuningRecord], list[dict[str, Any]]]:
+    """Records from `emitter profile`'s tuning-table entries of the attention family (the export hands them over
+    as ctx["tuning_entries"]["attention"], each with its table's `source`, `position` and `gpu_cc`), and the
+    entries not used, each with the reason (the export reports them)."""
+    from emitter.kit.library import tuning_problem_label
+
+    by_name = {k.name: k for k in kernels}
+    records: list[AttentionTuningRecord] = []
+    dropped: list[dict[str, Any]] = []
+    seen: dict[tuple, str] = {}
+    for e in entries:
+        prob = e.get("problem") if isinstance(e.get("problem"), dict) else {}
+
+        def drop(reason: str, missing: bool = False) -> None:
+            dropped.append({"kernel": str(e.get("kernel")), "problem": [tuning_problem_label(prob)],
+                            "source": str(e.get("source")), "position": e.get("position"), "missing_kernel": missing,
+                            "reason": reason})
+
+        k = by_name.get(e.get("kernel"))
+        if k is None:
+            if e.get("kernel") in backward:
+                drop("a backward kernel: the backward dispatch has no tuned walk (static order)")
+            else:
+                drop("kernel not in this library (not in the manifests, or left out by --select/--exclude/--arch "
+                     "or a failed build)", missing=True)
+            continue
+        try:
+            b, hq, hkv, sq, sk, d, dv = (int(prob[f]) for f in ("batch", "heads_q", "heads_kv", "seq_q", "seq_k",
+                                                                "head_dim", "head_dim_v"))
+        except (KeyError, TypeError, ValueError):
+            drop("problem lacks batch, heads_q, heads_kv, seq_q, seq_k, head_dim or head_dim_v (integers)")
+            continue
+        if min(b, hq, hkv, sq, sk) < 1 or max(b, hq, hkv, sq, sk) >= 2 ** 31 or hq % hkv:
+            drop("problem sizes out of range (>= 1, heads_kv dividing heads_q)")
+            continue
+        op = e.get("op") if isinstance(e.get("op"), dict) else {}
+        i = k.inst
+        want = {"dtype": i.dtype.yaml, "head_dim": i.head_dim, "head_dim_v": i.head_dim_v, "mask": i.mask.value}
+        diff = [f"{f}={op[f]!r} (kernel: {v!r})" for f, v in want.items() if f in op and op[f] != v]
+        if d != i.head_dim or dv != i.head_dim_v:
+            diff.append(f"problem head dims {d}/{dv} (kernel: {i.head_dim}/{i.head_dim_v})")
+        if hkv != hq and not i.gqa:
+            diff.append(f"heads {hq}/{hkv} need a GQA kernel")
+        if diff:
+            drop(f"does not fit {k.name}: {', '.join(diff)}")
+            continue
+        if int(e.get("split_k") or 1) != 1 or int(e.get("options") or 0) != 0:
+            drop(f"split_k {e.get('split_k')} / options {e.get('options')}: attention kernels have no run-time options")
+            continue
+        cc = int(e.get("gpu_cc") or 0)
+        key = (k.dtype_code, i.head_dim, i.head_dim_v, k.mask_code, i.varlen, b, hq, hkv, sq, sk, cc)
+        if key in seen:
+            drop(f"a second winner for this problem ({seen[key]} came first and is kept)")
+            continue
+        seen[key] = k.name
+        records.append(AttentionTuningRecord(k.index, b, hq, hkv, sq, sk, cc))
+    return records, dropped
 
 
 def kernel_records(entries: Sequence[dict[str, Any]], dtype_codes: dict[str, int], error: type[Exception]
@@ -190,9 +289,11 @@ def library_pieces(entries: Sequence[dict[str, Any]], roots: dict[str, Path], ct
                            f"instance: the backward runs on what the forward saves (O and its LSE); add the forward "
                            f"(op: forward, lse: true) or leave the backward out with --exclude 'op=backward'")
     kernels = kernel_records(entries, dtype_codes, LibraryError)
+    tuning, dropped = tuning_records(kernels, (ctx.get("tuning_entries") or {}).get("attention") or (),
+                                     [e["name"] for e in backward])
     by_name = {e["name"]: e for e in entries}
     env = environment()
-    actx = dict(ctx, akernels=kernels, problem_fields=PROBLEM_FIELDS, selection_fields=SELECTION_FIELDS,
+    actx = dict(ctx, akernels=kernels, atuning=tuning, problem_fields=PROBLEM_FIELDS, selection_fields=SELECTION_FIELDS,
                 long_seq=LONG_SEQ, decode_seq=DECODE_SEQ, **abi_sizes(), dtype_of={v: k for k, v in dtype_codes.items()})
 
     def render(template: str, **more: Any) -> str:
@@ -236,11 +337,13 @@ def library_pieces(entries: Sequence[dict[str, Any]], roots: dict[str, Path], ct
         sources=tuple(sources),
         context={"kernels": [{"index": k.index, "name": k.name, "arch": k.arch, "config": k.inst.config()}
                              for k in kernels],
+                 **({"tuning": len(tuning)} if tuning else {}),
+                 **({"dropped_tuning": dropped} if dropped else {}),
                  **({"backward_kernels": [{"index": k.index, "name": k.name, "arch": k.arch, "config": k.inst.config()}
                                           for k in more["kernels"]]} if more["kernels"] else {})},
         kernels=len(kernels) + len(more["kernels"]),
     )
 
 
-__all__ = ["library_pieces", "candidates", "order_key", "kernel_records", "AttentionKernel", "DECODE_SEQ", "PROBLEM_FIELDS",
+__all__ = ["library_pieces", "candidates", "order_key", "tuning_records", "tuning_distance", "AttentionTuningRecord", "kernel_records", "AttentionKernel", "DECODE_SEQ", "PROBLEM_FIELDS",
            "SELECTION_FIELDS", "MASKS", "LONG_SEQ"]

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from emitter.kit.library import ACTIVATIONS, DTYPES, LibraryError, LibraryPieces
+from emitter.kit.library import ACTIVATIONS, DTYPES, LibraryError, LibraryPieces, tuning_problem_label
 
 OPS = {"fprop": 1, "dgrad": 2, "wgrad": 3}
 ITERATORS = {"analytic": 0, "optimized": 1, "few_channels": 2, "fixed_channels": 3}
@@ -144,7 +144,10 @@ def _parse_row(row: dict[str, Any], n_default: int) -> tuple[int, int, int, int,
     return n, h, w, c, k, r, s, stride, p, q
 
 
-def tuning_records(kernels: Sequence[ConvKernelRecord], paths: Sequence[Path]) -> tuple[list[ConvTuningRecord], list[str]]:
+def tuning_records(kernels: Sequence[ConvKernelRecord], paths: Sequence[Path],
+                   dropped: list[dict[str, Any]] | None = None) -> tuple[list[ConvTuningRecord], list[str]]:
+    """Records from conv bench tables (conv.json, an older format a user may have); a row naming a kernel the
+    export does not hold also goes to `dropped` (the export reports it)."""
     by_name = {k.name: k for k in kernels}
     records: list[ConvTuningRecord] = []
     notes: list[str] = []
@@ -169,6 +172,10 @@ def tuning_records(kernels: Sequence[ConvKernelRecord], paths: Sequence[Path]) -
             k = by_name.get(row["kernel"])
             if k is None:
                 notes.append(f"{where}: kernel {row['kernel']} is not exported")
+                if dropped is not None:
+                    dropped.append({"kernel": str(row["kernel"]), "problem": [str(row.get("layer") or row.get("problem"))],
+                                    "source": str(path), "position": f"rows[{i}]", "missing_kernel": True,
+                                    "reason": "kernel not in this library"})
                 continue
             shape = _parse_row(row, n_default)
             if shape is None:
@@ -190,10 +197,83 @@ def tuning_records(kernels: Sequence[ConvKernelRecord], paths: Sequence[Path]) -
     return records, notes
 
 
+def _entry_shape(prob: Any) -> tuple[tuple[int, ...] | None, str]:
+    """(n, h, w, c, k, r, s, stride, p, q) of a 2-D `emitter profile` conv problem (ConvProblem.as_dict), or None
+    with why the table's records cannot hold it."""
+    if not isinstance(prob, dict):
+        return None, "no problem object"
+    try:
+        n, d, h, w, c, k, t, r, s = (int(prob.get(f, 1 if f in "dt" else 0)) for f in "ndhwcktrs")
+        pf, pb = [int(v) for v in prob.get("pad_front", (0, 0, 0))], [int(v) for v in prob.get("pad_back", (0, 0, 0))]
+        st, dil = [int(v) for v in prob.get("stride", (1, 1, 1))], [int(v) for v in prob.get("dilation", (1, 1, 1))]
+    except (TypeError, ValueError):
+        return None, "its problem fields are not integers"
+    if len(pf) != 3 or len(pb) != 3 or len(st) != 3 or len(dil) != 3:
+        return None, "pad_front, pad_back, stride and dilation must have 3 values (d, h, w)"
+    if d != 1 or t != 1 or pf[0] or pb[0] or st[0] != 1 or dil[0] != 1:
+        return None, "a 3-D problem (the exported conv kernels are 2-D)"
+    if st[1] != st[2] or dil != [1, 1, 1]:
+        return None, (f"stride {st[1]}x{st[2]} / dilation {dil[1]}x{dil[2]}: the conv tuning records hold one "
+                      "stride for both dimensions and no dilation")
+    if min(n, h, w, c, k, r, s, st[1]) < 1 or max(n, h, w, c, k, r, s) >= 2 ** 31:
+        return None, "sizes out of range"
+    p = (h + pf[1] + pb[1] - r) // st[1] + 1
+    q = (w + pf[2] + pb[2] - s) // st[1] + 1
+    if p < 1 or q < 1:
+        return None, "an empty output"
+    return (n, h, w, c, k, r, s, st[1], p, q), ""
+
+
+def entry_records(kernels: Sequence[ConvKernelRecord], entries: Sequence[dict[str, Any]],
+                  seen: set | None = None) -> tuple[list[ConvTuningRecord], list[str], list[dict[str, Any]]]:
+    """Records from `emitter profile`'s tuning-table entries of the conv family (problem.family "conv"; the
+    export hands them over as ctx["tuning_entries"]["conv"], each with its table's `source` and `position`):
+    (op, dtype, geometry) -> kernel and its split-K slices. Entries it cannot use come back in `dropped`."""
+    by_name = {k.name: k for k in kernels}
+    records: list[ConvTuningRecord] = []
+    notes: list[str] = []
+    dropped: list[dict[str, Any]] = []
+    seen = set() if seen is None else seen
+    for e in entries:
+        where = f"{Path(str(e.get('source'))).name} entries[{e.get('position')}]"
+
+        def drop(reason: str, missing: bool = False) -> None:
+            notes.append(f"{where}: {reason}")
+            dropped.append({"kernel": str(e.get("kernel")), "problem": [tuning_problem_label(e.get("problem"))],
+                            "source": str(e.get("source")), "position": e.get("position"), "missing_kernel": missing,
+                            "reason": reason})
+
+        k = by_name.get(e.get("kernel"))
+        if k is None:
+            drop(f"kernel {e.get('kernel')} is not exported", missing=True)
+            continue
+        op = e.get("op") if isinstance(e.get("op"), dict) else {}
+        if op.get("op", k.op) != k.op or op.get("a", k.a) != k.a:
+            drop(f"op/dtype {op.get('op')}/{op.get('a')} do not fit {k.name}")
+            continue
+        shape, why = _entry_shape(e.get("problem"))
+        if shape is None:
+            drop(f"problem not usable: {why}")
+            continue
+        key = (k.op, k.a, shape)
+        if key in seen:
+            drop(f"a second winner for {k.op} {k.a} {shape}; the first one is kept")
+            continue
+        seen.add(key)
+        split = e.get("split_k", 1)
+        if isinstance(split, bool) or not isinstance(split, int) or not 1 <= split <= 1024 or (split > 1 and not k.split_k):
+            drop(f"split_k {split!r} does not fit {k.name} (1..1024, > 1 for split-K kernels only)")
+            continue
+        records.append(ConvTuningRecord(k.index, *shape, split_k=split))
+    return records, notes, dropped
+
+
 def _tuning_paths(entries: Sequence[dict[str, Any]], roots: dict[str, Path], ctx: dict[str, Any]) -> list[Path]:
     given = ctx.get("conv_tuning") or ctx.get("family_tuning")   # family_tuning: the --tuning tables export routes here
     if given:
         return [Path(p) for p in given]
+    if (ctx.get("tuning_entries") or {}).get("conv"):
+        return []       # a tuning table from `emitter profile` was given: no bench table is looked for
     found: list[Path] = []
     for e in entries:
         root = Path(roots[e["name"]])
@@ -221,7 +301,15 @@ def library_pieces(entries: Sequence[dict[str, Any]], roots: dict[str, Path], ct
     kernels = kernel_records(entries)
     by_name = {e["name"]: e for e in entries}
     paths = _tuning_paths(entries, roots, ctx)
-    tuning, notes = tuning_records(kernels, paths)
+    dropped: list[dict[str, Any]] = []
+    tuning, notes = tuning_records(kernels, paths, dropped)
+    profiled = (ctx.get("tuning_entries") or {}).get("conv") or []
+    if profiled:
+        seen = {(kernels[t.kernel].op, kernels[t.kernel].a, (t.n, t.h, t.w, t.c, t.k, t.r, t.s, t.stride, t.p, t.q))
+                for t in tuning}
+        more, more_notes, more_dropped = entry_records(kernels, profiled, seen)
+        tuning, notes, dropped = tuning + more, notes + more_notes, dropped + more_dropped
+        paths = paths + [Path(p) for p in dict.fromkeys(str(e.get("source")) for e in profiled)]
     env = environment()
     c = dict(ctx, conv_kernels=kernels, conv_tuning=tuning, conv_tuning_paths=[str(p) for p in paths],
              conv_notes=notes, conv_ops=OPS, conv_iterators=ITERATORS)
@@ -259,5 +347,5 @@ def library_pieces(entries: Sequence[dict[str, Any]], roots: dict[str, Path], ct
         files=files,
         sources=tuple(sources),
         context={"kernels": [k.name for k in kernels], "tuning": len(tuning), "tuning_paths": [str(p) for p in paths],
-                 "notes": notes, "lib": lib},
+                 "notes": notes, "lib": lib, **({"dropped_tuning": dropped} if dropped else {})},
         kernels=len(kernels))
