@@ -10,10 +10,14 @@
   python  conv2d / conv2d_input_grad / conv2d_weight_grad on channels_last torch tensors (+ torch custom ops)
   files   each instance's .cu (byte for byte), its launch translation unit, src/emitter_conv_abi.h
 
-Tuning: `benchmarks/conv_bench.py` writes <out>/conv.json next to the kernels it built (<out>/kernels); when a
-conv manifest directory's parent (or the directory itself) holds such a conv.json, or ctx["conv_tuning"] names
-tables, each verified row (check "ok") becomes a tuning record: (op, dtype, N, H, W, C, K, R, S, stride) -> best
-kernel. Rows naming kernels that are not exported are left out (listed in the table's comment).
+Tuning: `emitter profile` on a conv manifest writes tuning.json entries (problem.family "conv"); the export hands
+them over as ctx["tuning_entries"]["conv"] and each becomes a tuning record (op, dtype, N, H, W, C, K, R, S, stride
+-> kernel and its split-K slices; `entry_records`). The conv bench's older table stays readable:
+`benchmarks/conv_bench.py` writes <out>/conv.json next to the kernels it built (<out>/kernels); when --tuning names
+one (ctx["family_tuning"]), or, with no profile entries either, a conv manifest directory's parent (or the
+directory itself) holds one, each verified row (check "ok") becomes a record the same way. Entries and rows naming
+kernels that are not exported, or that do not fit, are left out: listed in the table's comment and reported by the
+export (context["dropped_tuning"]).
 """
 
 from __future__ import annotations
