@@ -13,6 +13,10 @@ is a split-K instance (`check_split_k`); `options` (optional, default 0) are the
 (emitter.kit.scheduler) it was timed with, launched with it too, so they must be ones the kernel has
 (`check_options`); `gpu.cc` (when present) tells the dispatch which GPU generation the
 choices were measured on.
+
+`emitter profile` writes one table for every family it timed: entries whose `problem.family` (or `op.family`) names
+another family than the library's own are not read by `load`; `family_entries` hands them to that family's library
+hook (ctx["tuning_entries"][family]), which turns them into its own records and reports the ones it cannot use.
 """
 
 from __future__ import annotations
