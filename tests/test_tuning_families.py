@@ -176,8 +176,11 @@ def test_attention_entries_that_do_not_fit_are_reported(attn_gen, tmp_path):
     ks = _akernels(attn_gen)
     nogqa = next(k for k in ks if not k.inst.gqa) if any(not k.inst.gqa for k in ks) else None
     d128 = next(k for k in ks if k.inst.head_dim == 128 and k.inst.mask.value == "none" and not k.inst.varlen)
+    notail = next(k for k in ks if not k.inst.key_tail and not k.inst.varlen)
     entries = [_attn_entry(d128.name, 2, 8, 8, 512, 512, d=64),                 # head dims of another kernel
                dict(_attn_entry(d128.name, 2, 8, 8, 512, 512), split_k=4),      # attention has no run-time options
+               _attn_entry(notail.name, 2, 8, 8, 512, 1000, d=notail.inst.head_dim,   # seq_k not a tile_kv multiple:
+                           mask=notail.inst.mask.value),                               # it cannot run its own problem
                _attn_entry(d128.name, 2, 8, 8, 512, 512)]
     if nogqa is not None:
         entries.append(_attn_entry(nogqa.name, 2, 8, 2, 512, 512, d=nogqa.inst.head_dim, mask=nogqa.inst.mask.value))
@@ -187,6 +190,7 @@ def test_attention_entries_that_do_not_fit_are_reported(attn_gen, tmp_path):
     reasons = [d["reason"] for d in r.dropped_tuning]
     assert len(reasons) == len(entries) - 1 and not any(d["missing_kernel"] for d in r.dropped_tuning)
     assert "head dims 64/64" in reasons[0] and "no run-time options" in reasons[1]
+    assert "at its own problem the dispatch would try" in reasons[2], reasons[2]
 
 
 # ---- conv ------------------------------------------------------------------------------------------------------

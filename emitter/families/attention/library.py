@@ -250,8 +250,17 @@ def tuning_records(kernels: Sequence[AttentionKernel], entries: Sequence[dict[st
         if key in seen:
             drop(f"a second winner for this problem ({seen[key]} came first and is kept)")
             continue
+        rec = AttentionTuningRecord(k.index, b, hq, hkv, sq, sk, cc)
+        # at its own problem the dispatch must try the record's kernel first (as GEMM's check_tuning_invariant)
+        first = candidates(kernels, cc=cc or k.cc, dtype=k.dtype_code, head_dim=d, head_dim_v=dv, mask=k.mask_code,
+                           varlen=i.varlen, heads_q=hq, heads_kv=hkv, seq_q=sq, seq_k=sk, lse=False, batch=b,
+                           tuning=records + [rec])
+        if not first or first[0].index != k.index:
+            drop(f"at its own problem the dispatch would try {first[0].name if first else 'no kernel'} first "
+                 f"(its kernel does not compute this problem, or another record claims it)")
+            continue
         seen[key] = k.name
-        records.append(AttentionTuningRecord(k.index, b, hq, hkv, sq, sk, cc))
+        records.append(rec)
     return records, dropped
 
 
