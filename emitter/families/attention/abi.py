@@ -54,16 +54,21 @@ class AttentionShim(HostShim):
     HostShim, its argtypes bound to the attention problem struct."""
 
 
-def c_problem(cfg: Any, p: AttentionProblem, pointers: Mapping[str, int]) -> EmitterAttentionProblem:
-    """emitter_attention_problem for device pointers by buffer name (q, k, v, o, lse, cu_seqlens_q/k)."""
-    s = p.strides()
-    c = EmitterAttentionProblem()
+def fill_shape(c: Any, p: AttentionProblem) -> Any:
+    """The scalar fields the forward and backward problem structs share (sizes, scale, flags 0), set from p."""
     c.batch, c.heads_q, c.heads_kv = p.batch, p.heads_q, p.heads_kv
     c.seq_q, c.seq_k = p.seq_q, p.seq_k
     c.head_dim, c.head_dim_v = p.head_dim, p.head_dim_v
     c.scale = float(p.scale)
     c.flags = 0
     c.total_q, c.total_k = p.total_q, p.total_k
+    return c
+
+
+def c_problem(cfg: Any, p: AttentionProblem, pointers: Mapping[str, int]) -> EmitterAttentionProblem:
+    """emitter_attention_problem for device pointers by buffer name (q, k, v, o, lse, cu_seqlens_q/k)."""
+    s = p.strides()
+    c = fill_shape(EmitterAttentionProblem(), p)
     for name in ("q", "k", "v", "o"):
         arr = getattr(c, f"stride_{name}")
         for i, v in enumerate(s[name]):

@@ -20,6 +20,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from emitter.errors import ManifestError
+from emitter.families.attention.abi import fill_shape
 from emitter.families.attention.backward_abi import EmitterAttentionBackwardProblem
 from emitter.families.attention.backward_model import AttentionBackwardInstance, is_backward
 from emitter.families.attention.flops import visible_pairs
@@ -377,13 +378,7 @@ def compare(cfg: BackwardConfig, p: AttentionProblem, inputs: Inputs, outputs: M
 def c_problem(cfg: BackwardConfig, p: AttentionProblem, pointers: Mapping[str, int]) -> ctypes.Structure:
     s = p.strides()
     g = grad_problem(p).strides()
-    c = EmitterAttentionBackwardProblem()
-    c.batch, c.heads_q, c.heads_kv = p.batch, p.heads_q, p.heads_kv
-    c.seq_q, c.seq_k = p.seq_q, p.seq_k
-    c.head_dim, c.head_dim_v = p.head_dim, p.head_dim_v
-    c.scale = float(p.scale)
-    c.flags = 0
-    c.total_q, c.total_k = p.total_q, p.total_k
+    c = fill_shape(EmitterAttentionBackwardProblem(), p)
     for field_name, strides in (("stride_q", s["q"]), ("stride_k", s["k"]), ("stride_v", s["v"]), ("stride_o", s["o"]),
                                 ("stride_do", s["o"]), ("stride_dq", g["q"]), ("stride_dk", g["k"]),
                                 ("stride_dv", g["v"])):
