@@ -241,7 +241,7 @@ def test_the_published_tuning_tables_name_only_kernels_of_the_tuned_configs(tmp_
     `emitter library --tuning`: every kernel they name must be emitted by the benchmark's default specs (the tuned
     set), with split-K and options the library accepts, or the library cannot be built from them."""
     from emitter.emit import emit
-    from emitter.library.tuning import load
+    from emitter.families.gemm.library_tuning import load
 
     bench = _bench()
     gen = tmp_path / "gen"

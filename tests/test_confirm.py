@@ -380,7 +380,7 @@ def test_candidates_choose_the_best_head_to_head_and_retime_it(profiled, tmp_pat
     assert e["kernel"] == favour and e["confirm"]["ratio"] == row["ratio"] and e["confirm"]["sweep_kernel"]["kernel"] \
         == target[0]["kernel"] and e["confirm"]["candidates"] == len(target)
     assert all("confirm" in x for x in table["entries"])
-    from emitter.library.tuning import load
+    from emitter.families.gemm.library_tuning import load
 
     assert any(t.kernel == favour for t in load(out / "tuning.json", allow_unmeasured=True))   # the library reads it (fake: opted in)
     # the benchmark report takes the chosen kernel, its head-to-head figure, and marks it

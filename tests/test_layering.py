@@ -22,21 +22,15 @@ ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "emitter"
 
 # family names in the stages' code (AST names, attributes, imports, string constants; docstrings aside) and in
-# templates/library/: the exported library is still GEMM's own (its C API, tables and loader in the templates, its
-# tuning checks in library/tuning.py), and two CLI help texts spell each family's --problem syntax
+# templates/library/: the shared library templates still hold GEMM's C API, table and loader text (its kernel and
+# tuning records, dispatch, tuning checks and whole-file templates are in emitter/families/gemm/library*.py and
+# templates/gemm/library/), and two CLI help texts spell each family's --problem syntax
 KNOWN_FAMILY_NAMES = {
-    "emitter/library/export.py": 5,
-    "emitter/library/tuning.py": 1,
     "emitter/verify/cli.py": 2,
     "templates/library/CMakeLists.txt.j2": 10,
     "templates/library/README.md.j2": 6,
     "templates/library/api.cpp.j2": 41,
-    "templates/library/dispatch.h.j2": 2,
-    "templates/library/dispatch_probe.cpp.j2": 1,
     "templates/library/header.h.j2": 26,
-    "templates/library/kernels.cpp.j2": 2,
-    "templates/library/kernels.h.j2": 2,
-    "templates/library/launch.cu.j2": 2,
     "templates/library/loader.py.j2": 65,
 }
 # family modules that import a stage: runners that drive the runtime's backends themselves

@@ -18,12 +18,12 @@ from click.testing import CliRunner
 
 from emitter.cli import main as cli
 from emitter.kit.library import ACTIVATIONS, DTYPES
-from emitter.library import abi
-from emitter.library.dispatch import (LAYOUTS, Candidate, KernelRecord, Op, Query, TuningRecord,
-                                      candidate_order, dispatch_order, effective_options, effective_split_k, forced,
-                                      kernel_records,
-                                      log2_fixed, select, transpose, tuning_records)
-from emitter.library.tuning import TuningError, load as load_tuning
+from emitter.families.gemm import library_abi as abi
+from emitter.families.gemm.library_dispatch import (LAYOUTS, Candidate, KernelRecord, Op, Query, TuningRecord,
+                                                    candidate_order, dispatch_order, effective_options,
+                                                    effective_split_k, forced, kernel_records, log2_fixed, select,
+                                                    transpose, tuning_records)
+from emitter.families.gemm.library_tuning import TuningError, load as load_tuning
 from emitter.library.export import LibraryError, export_library
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -162,7 +162,7 @@ def test_transposed_problem_and_can_implement_fallback():
     assert transpose(q).m == 200 and transpose(q).n == 300 and transpose(q).op.lc == LAYOUTS["row"]
     assert transpose(transpose(q)) == q
     # k = 1002: alignment 8 fails, alignment 2 works; k = 1001: none
-    from emitter.library.dispatch import packed_can_implement
+    from emitter.families.gemm.library_dispatch import packed_can_implement
     q2 = _query(tn, 256, 256, 1002)
     assert ks[select(ks, [], q2, packed_can_implement).kernel].name == "tn_narrow"
     assert select(ks, [], _query(tn, 256, 256, 1001), packed_can_implement) is None
@@ -275,7 +275,7 @@ def test_fast_accum_kernels_only_for_callers_who_opt_in():
 
 
 def test_fast_accum_on_a_kernel_without_it_is_an_export_error():
-    from emitter.library.dispatch import ExportError
+    from emitter.families.gemm.library_dispatch import ExportError
     with pytest.raises(ExportError, match="fast accumulation is a mode of the sm90a fp8 wgmma"):
         _records({"bf16_fast": _cfg(fast=True)})
     with pytest.raises(ExportError, match="on a sm80 kernel"):
@@ -354,7 +354,7 @@ def test_export_errors(manifest_dir, tmp_path):
         export_library([manifest_dir], "mykernels", tmp_path / "busy")
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"schema_version": 7, "entries": []}))
-    from emitter.library.tuning import TuningError
+    from emitter.kit.tuning import TuningError
     with pytest.raises(TuningError, match="schema_version 7"):
         export_library([manifest_dir], "mykernels", tmp_path / "y", tuning=[bad])
     bad.write_text(json.dumps({"schema_version": 1, "entries": [{"kernel": SM80, "problem": {"m": 0, "n": 1, "k": 1}}]}))
@@ -1113,7 +1113,10 @@ def test_cmake_build_install_and_consumer_link(manifest_dir, tuning_file, tmp_pa
     # the shared library exports the C API and nothing else
     if shutil.which("nm"):
         syms = {l.split()[-1] for l in _run(["nm", "-D", "--defined-only", str(lib)]).splitlines() if l.strip()}
-        assert syms == {f"mykernels_{f}" for f in __import__("emitter.library.export", fromlist=["x"]).API_FUNCTIONS}
+        from emitter.families.gemm.library import C_FUNCTIONS
+        from emitter.library.export import SHARED_FUNCTIONS
+
+        assert syms == {f"mykernels_{f}" for f in SHARED_FUNCTIONS + C_FUNCTIONS}
     # the consumer: find_package + link, then run it up to the point that needs a GPU
     cbuild = tmp_path / "consumer"
     _run(["cmake", "-S", str(ROOT / "examples/library_consumer"), "-B", str(cbuild), f"-DCMAKE_PREFIX_PATH={prefix}"])

@@ -191,7 +191,7 @@ def test_tuning_tables_not_measured_on_a_gpu_are_refused_unless_forced(tmp_path)
     from emitter.cli import main as cli
     from emitter.emit import emit
     from emitter.library.export import export_library
-    from emitter.library.tuning import TuningError
+    from emitter.kit.tuning import TuningError
     from test_library import SM90A
 
     spec = tmp_path / "tiny.yaml"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from emitter.library import abi
+from emitter.families.gemm import library_abi as abi
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402

@@ -55,6 +55,9 @@ ARCHES = {"sm75": (75, False, 2), "sm80": (80, False, 2), "sm86": (86, False, 2)
 DEFAULT_CUDA_ARCHITECTURES = {"sm75": "75", "sm80": "80", "sm86": "86", "sm89": "89", "sm90a": "90a"}
 
 
+ABI_VERSION = 1     # the exported library's C ABI (its structs only grow at the end)
+
+
 class LibraryError(EmitterError):
     exit_code = 2
 
@@ -75,6 +78,13 @@ class LibraryPieces:
     sources: tuple[tuple[str, str], ...] = ()
     context: dict[str, Any] = field(default_factory=dict)
     kernels: int = 0    # how many kernels the family exports (the summary line)
+    # the default family's part (GEMM's C API is in every library, emitter/families/gemm/library.py): template
+    # context of the shared templates, its C functions (exported; its loader text declares them), the manifest's
+    # sections it writes (a list section lists kernels with `name` and `arch`), notes for the export summary
+    globals: dict[str, Any] = field(default_factory=dict)
+    exports: tuple[str, ...] = ()
+    manifest: dict[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
 
 
 def tuning_problem_label(problem: Any) -> str:
@@ -85,7 +95,7 @@ def tuning_problem_label(problem: Any) -> str:
                     if k != "family")
 
 
-# ---- the dispatch distance every family's tuned walk uses (C twin: log2_fixed in templates/library/dispatch.h.j2) ----
+# ---- the dispatch distance every family's tuned walk uses (C twin: log2_fixed in templates/gemm/library/dispatch.h.j2) ----
 LOG2_FRAC_BITS = 16
 
 

@@ -24,19 +24,14 @@ import hashlib
 import json
 import re
 import shutil
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from emitter.families.registry import DEFAULT_FAMILY, entry_family
 from emitter.fsutil import atomic_write_json, write_if_changed
-from emitter.kit.library import ACTIVATIONS, ARCHES, DEFAULT_CUDA_ARCHITECTURES, DTYPES, LibraryError, tuning_problem_label
-from emitter.kit.scheduler import SchedulerOptions
-from emitter.library import abi
-from emitter.library.dispatch import (KernelRecord, Query, TuningRecord, candidate_order, kernel_records, log2_fixed,
-                                      tuning_records)
-from emitter.library.tuning import TuningEntry, check_options, check_split_k, family_entries as family_tuning_entries, load_all
+from emitter.kit.library import (ABI_VERSION, ACTIVATIONS, ARCHES, DEFAULT_CUDA_ARCHITECTURES, DTYPES, LibraryError,
+                                 tuning_problem_label)
+from emitter.library.tuning import family_entries as family_tuning_entries
 from emitter.manifest import load as load_manifest, manifest_path
 from emitter.render import templates_root
 from emitter.version import __version__
@@ -48,17 +43,17 @@ _INSTANCE_RE = re.compile(r"^[a-z0-9_]+$")
 _RESERVED = {"emitter", "cuda", "cutlass", "cute", "std", "int", "float", "double", "char", "void", "long", "short",
              "auto", "const", "static", "struct", "class", "namespace", "template", "return", "new", "delete",
              "default", "switch", "case", "for", "while", "do", "if", "else", "union", "enum", "typedef"}
-API_FUNCTIONS = ("status_string", "last_error", "version", "gemm_problem_init", "gemm_workspace_size",
-                 "gemm_can_implement", "gemm_select", "gemm", "kernel_count", "kernel_name", "kernel_index",
-                 "get_kernel_info")
+# the C functions every library has; each family's follow (the default family's `exports`, the others'
+# `c_functions`)
+SHARED_FUNCTIONS = ("status_string", "last_error", "version")
 
 
 @dataclass
 class ExportResult:
     out: Path
     name: str
-    kernels: list[KernelRecord]
-    tuning: list[TuningRecord]
+    kernels: list[Any]                  # the default family's kernel records (its library part's globals)
+    tuning: list[Any]                   # and its tuning records
     skipped: list[dict[str, str]] = field(default_factory=list)        # instances left out, with the reason
     dropped_tuning: list[dict[str, Any]] = field(default_factory=list)  # tuning entries not used, with the reason
     notes: list[str] = field(default_factory=list)
@@ -113,98 +108,6 @@ def _build_failed(root: Path, name: str) -> str | None:
         err = str(data.get("error") or "").strip().splitlines()
         return f"`emitter build` failed on it ({err[0][:160] if err else 'see ' + str(rec)})"
     return None
-
-
-def _op_mismatch(entry: TuningEntry, cfg: dict[str, Any]) -> str | None:
-    if not entry.op:
-        return None
-    ep = cfg.get("epilogue") or {}
-    want = {"a": cfg["a"], "b": cfg["b"], "c": cfg["c"], "d": cfg["d"], "layout_a": cfg["layout_a"],
-            "layout_b": cfg["layout_b"], "layout_c": cfg["layout_c"], "accumulator": cfg["accumulator"],
-            "activation": ep.get("activation", "identity"), "bias": ep.get("bias", "none"),
-            "fast_accum": bool(cfg.get("fp8_fast_accum", False))}
-    diff = [f"{k}={entry.op[k]!r} (kernel: {v!r})" for k, v in want.items() if k in entry.op and entry.op[k] != v]
-    return ", ".join(diff) if diff else None
-
-
-def resolve_tuning(kernels: Sequence[KernelRecord], entries: Sequence[TuningEntry]
-                   ) -> tuple[list[TuningRecord], list[dict[str, Any]], list[str]]:
-    """Tuning entries -> tuning records over `kernels`; entries not used come back with the reason."""
-    by_name = {k.name: k for k in kernels}
-    dropped: list[dict[str, Any]] = []
-    notes: list[str] = []
-    groups: dict[tuple, list[TuningEntry]] = defaultdict(list)
-    for e in entries:
-        k = by_name.get(e.kernel)
-        if k is None:
-            dropped.append({"kernel": e.kernel, "problem": list(e.shape), "source": e.source, "position": e.position,
-                            "missing_kernel": True,
-                            "reason": "kernel not in this library (not in the manifests, or left out by --select/--exclude/--arch "
-                                      "or a failed build)"})
-            continue
-        check_split_k(e, k.split_k)
-        check_options(e, k.arch, k.config)
-        bad = _op_mismatch(e, k.config)
-        if not bad and e.batch > 1 and not k.batched:
-            bad = f"batch {e.batch}, but the kernel is not batched"
-        if not bad and e.gpu_cc and not k.runs_on(e.gpu_cc):
-            bad = f"the table was measured on sm_{e.gpu_cc}, where this {k.arch} kernel cannot run"
-        if bad:
-            dropped.append({"kernel": e.kernel, "problem": list(e.shape), "source": e.source,
-                            "reason": f"the entry does not fit the kernel: {bad}"})
-            continue
-        groups[(k.op, e.shape, e.gpu_cc)].append(e)
-    pairs = []
-    for (op, shape, gpu_cc), es in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][2], by_name[kv[1][0].kernel].index)):
-        label = lambda e: ((e.kernel if e.split_k == 1 else f"{e.kernel}@splitk{e.split_k}")  # noqa: E731
-                           + (f"@{SchedulerOptions.decode(e.options).label().replace(' ', '_')}" if e.options else ""))
-        names = sorted({label(e) for e in es})
-        chosen = es[-1]
-        if len(names) > 1:
-            timed = [e for e in es if e.median_ms is not None]
-            if len(timed) == len(es):
-                chosen = min(timed, key=lambda e: (e.median_ms, e.kernel, e.split_k, e.options))
-                why = "the smallest median_ms"
-            else:
-                why = "the last one given"
-            notes.append(f"tuning: {len(names)} kernels claim {'x'.join(map(str, shape))} for one operation"
-                         f"{f' on sm_{gpu_cc}' if gpu_cc else ''} "
-                         f"({', '.join(names)}); using {label(chosen)} ({why})")
-            for e in es:
-                if label(e) != label(chosen):
-                    dropped.append({"kernel": e.kernel, "split_k": e.split_k, "problem": list(e.shape), "source": e.source,
-                                    "reason": f"conflict: {label(chosen)} was chosen for this shape ({why})"})
-        k = by_name[chosen.kernel]
-        pairs.append((k.index, *shape, gpu_cc, chosen.split_k, chosen.options))
-    return tuning_records(pairs), dropped, notes
-
-
-def check_tuning_invariant(kernels: Sequence[KernelRecord], tuning: Sequence[TuningRecord]) -> None:
-    """At a profiled shape the library must try that shape's winner first (distance 0, no conflicts)."""
-    for t in tuning:
-        k = kernels[t.kernel]
-        q = Query(op=k.op, m=t.m, n=t.n, k=t.k, batch=t.batch, split_k=1, cc=t.gpu_cc or k.cc)
-        order = candidate_order(kernels, tuning, q)
-        if not order or order[0].kernel != t.kernel:
-            got = kernels[order[0].kernel].name if order else "nothing"
-            raise LibraryError(f"internal error: at its own profiled shape {t.m}x{t.n}x{t.k} the dispatch picks {got}, "
-                               f"not the tuned {k.name}")
-
-
-def _ops_summary(kernels: Sequence[KernelRecord]) -> str:
-    names = {v: k for k, v in DTYPES.items()}
-    acts = {v: k for k, v in ACTIVATIONS.items()}
-    lay = {1: "row", 2: "col"}
-    bias = {0: "", 1: " +bias/row", 2: " +bias/column"}
-    seen: list[str] = []
-    for k in kernels:
-        o = k.op
-        s = (f"{names[o.a]} x {names[o.b]} + {names[o.c]} -> {names[o.d]} {lay[o.la]}/{lay[o.lb]}/{lay[o.lc]} "
-             f"{acts[o.act]}{bias[o.bias]}{' fast-accum (opt-in)' if o.fast_accum else ''} on {k.arch}")
-        if s not in seen:
-            seen.append(s)
-    text = "; ".join(seen[:8]) + ("; ..." if len(seen) > 8 else "")
-    return text.replace("%", "").replace('"', "").replace("\\", "")
 
 
 def _cmake_safe(path: str) -> bool:
@@ -263,46 +166,24 @@ def export_library(manifest_dirs: Sequence[str | Path], name: str, out: str | Pa
     if not kept:
         raise LibraryError(f"no instance to export: the manifests hold {len(entries)}, the selection kept "
                            f"{len(chosen)}" + (f", and {len(skipped)} were left out ({skipped[0]['reason']})" if skipped else ""))
-    # the default family's C API and tables are the library templates' own; other families plug in through
-    # emitter.library.pieces. A library may hold any mix (none of the default family's kernels: its API is there
-    # and answers NOT_SUPPORTED).
-    family_entries = [e for e in kept if entry_family(e) != DEFAULT_FAMILY]
-    kept = [e for e in kept if entry_family(e) == DEFAULT_FAMILY]
-    try:
-        kernels = kernel_records(kept)
-    except ValueError as e:
-        raise LibraryError(str(e)) from None
-    sources: dict[str, str] = {}
-    for e in kept:
-        root = root_of[e["name"]].resolve()
-        src = (root / e["source"]).resolve()
-        if root not in src.parents:
-            raise LibraryError(f"{root / 'manifest.json'}: source {e['source']!r} of {e['name']} lies outside the manifest directory")
-        try:
-            sources[e["name"]] = src.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise LibraryError(f"{src}: missing (listed in {root / 'manifest.json'}); run `emitter emit` again") from None
+    # every family's part comes from its library hook (emitter.library.pieces): the default family's always (its C
+    # API is in every library; with none of its kernels it answers NOT_SUPPORTED), the others' when selected
 
     # ---- tuning ----
     # a family's own table (e.g. benchmarks/conv_bench.py's conv.json: a 'rows' list) goes to the families' library
-    # hooks (ctx["family_tuning"]; each hook keeps the rows it recognises), not GEMM's
+    # hooks (ctx["family_tuning"]; each hook keeps the rows it recognises); the tables of tuning.json's format go to
+    # the default family's hook (ctx["tuning_tables"]) and their other families' entries to those families' hooks
     family_tuning = [str(t) for t in tuning if _is_rows_table(t)]
     tuning = [t for t in tuning if str(t) not in family_tuning]
-    t_entries = load_all(tuning, allow_unmeasured=allow_unmeasured_tuning)
     # the other families' entries of the same tables (`emitter profile` writes one table for every family it
     # timed) go to their library hooks (ctx["tuning_entries"][family])
     fam_entries = family_tuning_entries(tuning, allow_unmeasured=allow_unmeasured_tuning)
-    tuning_recs, dropped, notes = resolve_tuning(kernels, t_entries)
-    check_tuning_invariant(kernels, tuning_recs)
-    if not tuning:
-        notes.append("no --tuning table: every problem dispatches in the fixed fallback order")
-    elif not tuning_recs and not fam_entries:
-        notes.append("the tuning tables name none of the exported kernels: dispatch uses the fallback order only")
 
     # ---- CUTLASS ----
     from emitter.cutlass_path import find_cutlass
     from emitter.errors import CutlassNotFound
 
+    cutlass_notes: list[str] = []
     cutlass_root, cutlass_version = "", "4.2.0.0"
     try:
         headers = find_cutlass()
@@ -311,26 +192,25 @@ def export_library(manifest_dirs: Sequence[str | Path], name: str, out: str | Pa
     except CutlassNotFound as e:
         if vendor_cutlass:
             raise
-        notes.append(f"CUTLASS headers not found at export time ({str(e).splitlines()[0]}): pass -DCUTLASS_DIR=... to cmake")
+        cutlass_notes.append(f"CUTLASS headers not found at export time ({str(e).splitlines()[0]}): pass -DCUTLASS_DIR=... to cmake")
     if cutlass_root and not _cmake_safe(cutlass_root):
-        notes.append(f"the CUTLASS path {cutlass_root!r} holds characters CMake strings cannot take: pass -DCUTLASS_DIR=...")
+        cutlass_notes.append(f"the CUTLASS path {cutlass_root!r} holds characters CMake strings cannot take: pass -DCUTLASS_DIR=...")
         cutlass_root = ""
 
-    # ---- render ----
+    # ---- the families' parts ----
     LIB = name.upper()
     # every arch of the exported kernels gets a CMake group (the other families' sources build with it)
-    arch_list = sorted({k.arch for k in kernels} | {e["arch"] for e in family_entries}, key=lambda a: (ARCHES[a][0], a))
+    arch_list = sorted({e["arch"] for e in kept}, key=lambda a: (ARCHES[a][0], a))
     ctx: dict[str, Any] = dict(
-        lib=name, LIB=LIB, version=__version__, abi_version=abi.ABI_VERSION, project_version=lib_version,
-        kernels=kernels, tuning=tuning_recs, archs=arch_list,
+        lib=name, LIB=LIB, version=__version__, abi_version=ABI_VERSION, project_version=lib_version,
+        archs=arch_list,
         arch_cc={a: ARCHES[a][0] for a in arch_list}, default_cuda_archs=DEFAULT_CUDA_ARCHITECTURES,
         default_arch_list=";".join(DEFAULT_CUDA_ARCHITECTURES[a] for a in arch_list),
         dtype_codes=sorted(DTYPES.items(), key=lambda kv: kv[1]), dtype_min=min(DTYPES.values()), dtype_max=max(DTYPES.values()),
         activation_codes=sorted(ACTIVATIONS.items(), key=lambda kv: kv[1]), activation_max=max(ACTIVATIONS.values()),
-        activation_clamp=ACTIVATIONS["clamp"], sizes=abi.sizes(), ops_summary=_ops_summary(kernels),
-        problem_fields=abi.PROBLEM_FIELDS, selection_fields=abi.SELECTION_FIELDS, kernel_info_fields=abi.KERNEL_INFO_FIELDS,
-        api_functions=API_FUNCTIONS, cutlass_default=cutlass_root, cutlass_version=cutlass_version,
-        vendored_cutlass=vendor_cutlass,
+        cutlass_default=cutlass_root, cutlass_version=cutlass_version,
+        vendored_cutlass=vendor_cutlass, tuning_tables=[Path(t) for t in tuning],
+        allow_unmeasured_tuning=allow_unmeasured_tuning,
     )
     if family_tuning:
         ctx["family_tuning"] = family_tuning
@@ -338,15 +218,24 @@ def export_library(manifest_dirs: Sequence[str | Path], name: str, out: str | Pa
         ctx["tuning_entries"] = fam_entries
     from emitter.library import pieces as library_pieces
 
-    family_pieces = library_pieces.collect(family_entries, root_of, ctx, LibraryError)
+    base, *family_pieces = library_pieces.collect(kept, root_of, ctx, LibraryError)
     for p in family_pieces:
         for src, arch in p.sources:
             if arch not in arch_list:
                 raise LibraryError(f"the {p.family} family's translation unit {src} is for {arch}, which none of its "
                                    f"kernels is (a bug in the family's library_pieces)")
     ctx.update(library_pieces.context(family_pieces))
-    # tuning entries a family's hook could not use (a kernel not exported, ...) are reported like GEMM's
-    for p in family_pieces:
+    kernels = list(base.globals.get("kernels", ()))
+    tuning_recs = list(base.globals.get("tuning", ()))
+    notes = list(base.notes)
+    if not tuning:
+        notes.append("no --tuning table: every problem dispatches in the fixed fallback order")
+    elif not tuning_recs and not fam_entries:
+        notes.append("the tuning tables name none of the exported kernels: dispatch uses the fallback order only")
+    notes.extend(cutlass_notes)
+    # tuning entries a family's hook could not use (a kernel not exported, ...), the default family's first
+    dropped: list[dict[str, Any]] = []
+    for p in (base, *family_pieces):
         dropped.extend(p.context.get("dropped_tuning", ()))
     exported = {p.family for p in family_pieces}
     for fam, ents in sorted(fam_entries.items()):
@@ -354,26 +243,21 @@ def export_library(manifest_dirs: Sequence[str | Path], name: str, out: str | Pa
             dropped.extend({"kernel": str(e.get("kernel")), "problem": [tuning_problem_label(e.get("problem"))],
                             "source": e["source"], "position": e["position"], "missing_kernel": True,
                             "reason": f"kernel not in this library (the export holds no {fam} kernel)"} for e in ents)
-    ctx["api_functions"] = API_FUNCTIONS + tuple(f[0] for p in family_pieces for f in p.c_functions)
+    ctx["api_functions"] = SHARED_FUNCTIONS + base.exports + tuple(f[0] for p in family_pieces for f in p.c_functions)
+
+    # ---- render ----
     files: dict[str, str] = {
         "CMakeLists.txt": _render("CMakeLists.txt.j2", **ctx),
         f"cmake/{name}Config.cmake.in": _render("Config.cmake.in.j2", **ctx),
         f"include/{name}/{name}.h": _render("header.h.j2", **ctx),
         f"src/{name}_api.cpp": _render("api.cpp.j2", **ctx),
-        f"src/{name}_dispatch.h": _render("dispatch.h.j2", **ctx),
         f"src/{name}_table.cpp": _render("table.cpp.j2", **ctx),
-        f"src/{name}_kernels.h": _render("kernels.h.j2", **ctx),
-        f"src/{name}_kernels.cpp": _render("kernels.cpp.j2", **ctx),
         f"src/{name}.map": _render("exports.map.j2", **ctx),
         "src/emitter_abi.h": (templates_root() / "common" / "emitter_abi.h").read_text(encoding="utf-8"),
-        f"tools/{name}_dispatch_probe.cpp": _render("dispatch_probe.cpp.j2", **ctx),
         f"python/{name}.py": _render("loader.py.j2", **ctx),
         "README.md": _render("README.md.j2", **ctx),
     }
-    for k in kernels:
-        files[f"src/instances/{k.name}.cu"] = sources[k.name]
-        files[f"src/instances/{k.name}.launch.cu"] = _render("launch.cu.j2", k=k, **ctx)
-    for p in family_pieces:
+    for p in (base, *family_pieces):
         for rel, text in p.files.items():
             if rel in files or rel.startswith("/") or ".." in Path(rel).parts:
                 raise LibraryError(f"the {p.family} family's library pieces write {rel!r}, which is not a new "
@@ -417,38 +301,29 @@ def export_library(manifest_dirs: Sequence[str | Path], name: str, out: str | Pa
         vendored = {"path": "third_party/cutlass", "from": cutlass_root, "version": cutlass_version}
 
     # ---- manifest (last, atomically) ----
-    by_index = {k.index: k for k in kernels}
-    groups: dict[Any, list[KernelRecord]] = defaultdict(list)
-    for k in kernels:
-        groups[k.op].append(k)
+    # the families' sections (the default family's kernels, tuning and dispatch) follow `sources`; a list section
+    # lists kernels with their name and arch, which `archs` and `sources` count
+    sections: dict[str, Any] = {}
+    for p in (base, *family_pieces):
+        for key, value in p.manifest.items():
+            if key in sections and not (isinstance(value, list) and isinstance(sections[key], list)):
+                raise LibraryError(f"the {p.family} family's manifest section {key!r} is another family's too "
+                                   f"(a bug in the family)")
+            sections[key] = sections.get(key, []) + value if isinstance(value, list) else value
+    listed = [k for v in sections.values() if isinstance(v, list) for k in v
+              if isinstance(k, dict) and "arch" in k and "name" in k]
     manifest = {
         "schema_version": LIBRARY_SCHEMA_VERSION,
         "kind": LIBRARY_KIND,
         "name": name,
         "version": lib_version,
-        "abi_version": abi.ABI_VERSION,
+        "abi_version": ABI_VERSION,
         "emitter_version": __version__,
         "cutlass": {"version": cutlass_version, "path_at_export": cutlass_root or None, "vendored": vendored or None},
         "archs": {a: {"default_cuda_architectures": DEFAULT_CUDA_ARCHITECTURES[a],
-                      "kernels": sum(1 for k in kernels if k.arch == a)} for a in arch_list},
-        "sources": {"manifests": sorted({str(root_of[k.name]) for k in kernels}), "tuning": [str(t) for t in tuning]},
-        "kernels": [{"index": k.index, "name": k.name, "arch": k.arch, "fallback_rank": k.fallback_rank,
-                     "fast_accum": k.fast_accum,
-                     "source": f"src/instances/{k.name}.cu", "tuned_shapes": sum(1 for t in tuning_recs if t.kernel == k.index),
-                     "config": k.config} for k in kernels],
-        "tuning": [{"index": t.index, "kernel": by_index[t.kernel].name, "problem": {"m": t.m, "n": t.n, "k": t.k, "batch": t.batch},
-                    "gpu_cc": t.gpu_cc or None, "split_k": t.split_k, "options": t.options,
-                    "log2_fixed": [log2_fixed(x) for x in (t.m, t.n, t.k, t.batch)]} for t in tuning_recs],
-        "dispatch": {
-            "rule": "exact operation match and arch; tuned kernels first by nearest profiled shape (sum of |log2| "
-                    "differences over m, n, k, batch); then fallback_rank; first that can implement runs; "
-                    "then the same for the transposed problem; a tuned split-K kernel runs with its record's "
-                    "split_k (clamped to k / tile_k) unless the caller asks for split_k_slices > 1, and with its "
-                    "record's run-time scheduler options (options); fp8 "
-                    "fast-accumulation kernels (fast_accum) are candidates only when the caller sets "
-                    "problem.fast_accum = 1, and then come before full-precision ones at equal distance or rank",
-            "fallback_order": [[k.name for k in sorted(ks, key=lambda k: k.fallback_rank)] for ks in groups.values()],
-        },
+                      "kernels": sum(1 for k in listed if k["arch"] == a)} for a in arch_list},
+        "sources": {"manifests": sorted({str(root_of[k["name"]]) for k in listed}), "tuning": [str(t) for t in tuning]},
+        **sections,
         "left_out": {"instances": skipped, "tuning_entries": dropped},
         "notes": notes,
         "files": {rel: hashlib.sha256(text.encode("utf-8")).hexdigest() for rel, text in sorted(files.items())},

@@ -14,16 +14,17 @@ from emitter.kit.library import SLOTS, LibraryPieces
 
 def collect(entries: Sequence[dict[str, Any]], roots: dict[str, Path], ctx: dict[str, Any],
             error: type[Exception]) -> list[LibraryPieces]:
-    """The pieces of every non-GEMM family among `entries` (grouped by entry["family"]), in registry order."""
-    from emitter.families.registry import DEFAULT_FAMILY, FAMILIES, family_module
+    """The pieces of every family among `entries` (grouped by entry["family"]), in registry order; the default
+    family's always, first (its C API is in every library, with or without its kernels), and its `globals` join
+    `ctx` (in place) before the other families' hooks see a copy of it."""
+    from emitter.families.registry import DEFAULT_FAMILY, FAMILIES, entry_family, family_module
 
-    by_family: dict[str, list[dict[str, Any]]] = {}
+    by_family: dict[str, list[dict[str, Any]]] = {DEFAULT_FAMILY: []}
     for e in entries:
-        fam = e.get("family", DEFAULT_FAMILY)
-        if fam != DEFAULT_FAMILY:
-            by_family.setdefault(fam, []).append(e)
+        by_family.setdefault(entry_family(e), []).append(e)
     out = []
-    for fam in sorted(by_family, key=lambda f: (list(FAMILIES).index(f) if f in FAMILIES else len(FAMILIES), f)):
+    for fam in sorted(by_family, key=lambda f: (f != DEFAULT_FAMILY, list(FAMILIES).index(f) if f in FAMILIES
+                                                else len(FAMILIES), f)):
         module = family_module(fam, need=())
         hook = getattr(module, "library_pieces", None)
         if hook is None:
@@ -34,12 +35,14 @@ def collect(entries: Sequence[dict[str, Any]], roots: dict[str, Path], ctx: dict
         if not isinstance(pieces, LibraryPieces) or pieces.family != fam:
             raise error(f"emitter.families.{fam}.library_pieces returned {type(pieces).__name__}, not "
                         f"LibraryPieces(family={fam!r}, ...) (a bug in the family)")
+        ctx.update(pieces.globals)
         out.append(pieces)
     return out
 
 
 def context(pieces: Sequence[LibraryPieces]) -> dict[str, Any]:
-    """The template context keys the library templates read (empty lists for a GEMM-only library)."""
+    """The template context keys the library templates read for the other families' pieces (the default family's
+    are its `globals`; empty lists for a library of the default family alone)."""
     ctx: dict[str, Any] = {f"library_{slot}_pieces": [t for p in pieces for t in getattr(p, slot)] for slot in SLOTS}
     ctx["library_c_functions"] = [f for p in pieces for f in p.c_functions]
     ctx["library_python_names"] = [n for p in pieces for n in p.python_names]

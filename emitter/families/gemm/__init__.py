@@ -33,3 +33,10 @@ def render_instance(inst, name: str, banner: str) -> str:
     from emitter.render import render_template
     return render_template(f"{template_dir(inst.arch)}/instance.cu.j2", inst=inst, name=name,
                            ctx=arch_module(inst.arch).template_context(inst), banner=banner)
+
+
+def library_pieces(entries, roots, ctx):  # -> emitter.kit.library.LibraryPieces
+    """GEMM's part of an exported library (emitter/families/gemm/library.py); imported when an export runs."""
+    from emitter.families.gemm.library import library_pieces as pieces
+
+    return pieces(entries, roots, ctx)

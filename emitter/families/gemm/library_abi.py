@@ -1,4 +1,4 @@
-"""The exported library's C structs as field lists: one source for the Python loader's ctypes mirror
+"""GEMM's C structs of the exported library as field lists: one source for the Python loader's ctypes mirror
 (templates/library/loader.py.j2 renders them) and for the sizes the generated C++ static_asserts, so a
 drift between the C header and the loader fails the library's own compile."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import ctypes
 from typing import Sequence
 
-ABI_VERSION = 1
+from emitter.kit.library import ABI_VERSION  # noqa: F401 (the library's, every family's)
 
 PROBLEM_FIELDS: tuple[tuple[str, str], ...] = (
     ("struct_size", "c_uint32"), ("flags", "c_uint32"),
