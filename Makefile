@@ -8,7 +8,7 @@ SPECS   ?= configs/gemm/*.yaml
 DEMO_SPECS ?= configs/demo.yaml
 JOBS    ?=
 
-.PHONY: install install-base demo demo-all emit build verify profile test test-fast test-gpu bench bench-gpu bench-gpu-explore bench-attention bench-conv perf-doc golden clean
+.PHONY: install install-base demo demo-all emit build verify profile test test-fast test-gpu bench bench-gpu bench-gpu-explore bench-attention bench-conv bench-library perf-doc golden clean
 
 install: $(VENV)/.installed $(VENV)/.installed-torch
 $(VENV)/.installed: $(VENV)/.installed-base pyproject.toml
@@ -103,6 +103,14 @@ bench-attention:         # on the GPU machine: emit, build, verify and time the 
 
 bench-conv:              # on the GPU machine: emit, build (-j 16), verify and time the ResNet-50 conv layers vs cuDNN (issue 28)
 	python3 benchmarks/conv_bench.py --out $${OUT:-results}/conv -j 16 --doc docs/conv_performance.md
+
+# bench-library: the exported library as users get it, per family (configs/bench/library_<family>.yaml): emit the
+# starter specs, emitter build + profile on a tuning set, export with that tuning + CMake, then the library's torch
+# functions vs the vendor and vs every exported kernel forced by name (the oracle) on other shapes. Each stage is
+# restartable (--stage build | profile | measure, same --out); FAMILY=gemm limits it to one family.
+bench-library:           # on the GPU machine: docs/library_performance.md and docs/perf/library/<family>-<date>-<gpu>.json
+	python3 benchmarks/library_bench.py --out $${OUT:-results}/libbench -j 16 $(if $(FAMILY),--family $(FAMILY)) \
+	  --doc docs/library_performance.md
 
 perf-doc: install        # no GPU: docs/performance.md from the run records in docs/perf/runs (oldest first), then RUN=<run dir> if given
 	$(BIN)/python benchmarks/profile_sm90a.py $(foreach r,$(sort $(filter-out %.tuning.json,$(wildcard docs/perf/runs/*.json))) $(RUN),--report-only $(r)) --doc docs/performance.md
