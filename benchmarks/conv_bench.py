@@ -54,7 +54,16 @@ LAYERS = [
     ("C64 56² K256 1x1", 64, 56, 256, 1, 1, 0),
     ("C1024 14² K256 1x1", 1024, 14, 256, 1, 1, 0),
     ("C3 224² K64 7x7 s2", 3, 224, 64, 7, 2, 3),
+    # ResNet-50's stride-2 layers (v1.5: the stride on the 3x3; the 1x1 s2 projection shortcuts): indices 8..13
+    ("C128 56² K128 3x3 s2", 128, 56, 128, 3, 2, 1),
+    ("C256 28² K256 3x3 s2", 256, 28, 256, 3, 2, 1),
+    ("C512 14² K512 3x3 s2", 512, 14, 512, 3, 2, 1),
+    ("C256 56² K512 1x1 s2", 256, 56, 512, 1, 2, 0),
+    ("C512 28² K1024 1x1 s2", 512, 28, 1024, 1, 2, 0),
+    ("C1024 14² K2048 1x1 s2", 1024, 14, 2048, 1, 2, 0),
 ]
+# the layers a plain run (no --layers) times: the first eight, as the published table has them
+DEFAULT_LAYERS = tuple(range(8))
 OPS = ("fprop", "dgrad", "wgrad")
 DTYPES = ("f16", "bf16")
 L2_BYTES = 60 << 20
@@ -302,7 +311,8 @@ def main() -> int:
     ap.add_argument("--doc", default=None)
     ap.add_argument("--skip-build", action="store_true")
     ap.add_argument("--no-old-baseline", action="store_true", help="do not time torch.nn.grad's helpers beside")
-    ap.add_argument("--layers", default=None, help="comma-separated layer indices (default: all)")
+    ap.add_argument("--layers", default=None, help="comma-separated indices into LAYERS (default: 0..7, the "
+                                                   "published table; 8..13 are the stride-2 layers)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -347,7 +357,7 @@ def main() -> int:
     rows = []
     for op in args.ops.split(","):
         for li, layer in enumerate(LAYERS):
-            if args.layers and str(li) not in args.layers.split(","):
+            if str(li) not in (args.layers.split(",") if args.layers else map(str, DEFAULT_LAYERS)):
                 continue
             for dt in args.dtypes.split(","):
                 try:

@@ -80,7 +80,7 @@ def test_implicit_instances_keep_their_names_and_configs():
 
 
 @pytest.mark.parametrize("extra, rule, fix", [
-    ("op: dgrad\n", "gemm-1x1-op", "use op: fprop or wgrad"),
+    ("op: dgrad\nswap_ab: true\n", "gemm-1x1-swap-ab", "remove swap_ab"),
     ("op: fprop\ndtype: tf32\n", "gemm-1x1-dtype", "use dtype f16 or bf16"),
     ("op: fprop\nschedule: pingpong\nscheduler: stream_k\n", "gemm-1x1-stream-k-pingpong", "schedule: cooperative"),
     ("op: fprop\ntile: 64x128x64\n", "gemm-1x1-tile-m", "schedule: pingpong"),

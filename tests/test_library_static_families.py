@@ -86,9 +86,9 @@ def test_summaries_count_each_family(tmp_path):
     assert r.exit_code == 0, r.output
     r = CliRunner().invoke(main, ["library", str(tmp_path / "gen"), "--name", LIB, "-o", str(tmp_path / "lib")])
     assert r.exit_code == 0, r.output
-    assert f"library {LIB}: 1 GEMM kernels (1 sm80), 1 attention kernels, 5 conv kernels, 0 tuned shapes" in r.output
+    assert f"library {LIB}: 1 GEMM kernels (1 sm80), 1 attention kernels, 7 conv kernels, 0 tuned shapes" in r.output
     cmake = (tmp_path / "lib" / "CMakeLists.txt").read_text()
-    assert "of 1 GEMM kernels" in cmake and "translation units of 1 attention, 5 conv kernels" in cmake
+    assert "of 1 GEMM kernels" in cmake and "translation units of 1 attention, 7 conv kernels" in cmake
     r = CliRunner().invoke(main, ["library", str(tmp_path / "gen"), "--name", "gonly", "-o", str(tmp_path / "g"),
                                   "--exclude", "family=attention", "--exclude", "family=conv"])
     assert r.exit_code == 0, r.output
@@ -111,9 +111,9 @@ def test_static_library_links_family_kernels_without_whole_archive(tmp_path):
     assert any(f"{LIB}_a_" in s for s in family) and any(f"{LIB}_ck_" in s for s in family)
     build = tmp_path / "build"
     out = _run(["cmake", "-S", str(src), "-B", str(build), "-DBUILD_SHARED_LIBS=OFF", "-DCMAKE_CUDA_ARCHITECTURES=80"])
-    # 1 GEMM kernel; 1 attention kernel (shim + launch) and 5 conv kernels (launch): 7 translation units
-    assert "1 sm80 kernel(s) (with 7 translation unit(s) of attention/conv kernels) for CUDA architectures 80" in out
-    assert "1 of 1 GEMM kernels, 7 of 7 translation units of 1 attention, 5 conv kernels" in out and "static" in out
+    # 1 GEMM kernel; 1 attention kernel (shim + launch) and 7 conv kernels (launch): 9 translation units
+    assert "1 sm80 kernel(s) (with 9 translation unit(s) of attention/conv kernels) for CUDA architectures 80" in out
+    assert "1 of 1 GEMM kernels, 9 of 9 translation units of 1 attention, 7 conv kernels" in out and "static" in out
     _run(["cmake", "--build", str(build), "-j", os.environ.get("EMITTER_TEST_JOBS", "2")], lock=True)
     archive = build / f"lib{LIB}.a"
     assert archive.exists()

@@ -90,7 +90,7 @@ class StrideSupport(Enum):
 
 class ConvKernelKind(Enum):
     """How the conv is computed (spec `kernel:`). implicit: the implicit-GEMM conv kernel of the arch (every conv
-    problem its rules allow). gemm_1x1 (sm90a fprop / wgrad): a 1x1, stride-1, unpadded conv on NHWC tensors IS a
+    problem its rules allow). gemm_1x1 (sm90a fprop / dgrad / wgrad): a 1x1, stride-1, unpadded conv on NHWC tensors IS a
     GEMM, run by CUTLASS 3.x's persistent GemmUniversal (cooperative / pingpong, stream-K); any other problem is
     refused at run time (EMITTER_CANNOT_IMPLEMENT), so a library dispatch falls through to another kernel."""
     implicit = "implicit"
@@ -110,7 +110,7 @@ class ConvSchedule(Enum):          # gemm_1x1 only: the GemmUniversal kernel sch
 
 
 class ConvTileScheduler(Enum):     # gemm_1x1 only
-    auto = "auto"                  # fprop: persistent; wgrad: stream_k (its K-dim N*P*Q is long, its tiles few)
+    auto = "auto"                  # fprop, dgrad: persistent; wgrad: stream_k (its K-dim N*P*Q is long, its tiles few)
     persistent = "persistent"      # one CTA an SM walks the output tiles
     stream_k = "stream_k"          # the reduction of few output tiles is split across the SMs (cooperative only)
 

@@ -241,8 +241,10 @@ def not_supported_reasons(cfg: Mapping[str, Any], p: ConvProblem) -> list[str]:
     else:
         if it == "fixed_channels" and p.c != al_a:
             reasons.append(f"iterator fixed_channels needs C == alignment a = {al_a} (C = {p.c})")
-        if op == "dgrad" and max(p.stride) > 1 and cfg.get("stride_support") == "strided" and max(p.dilation) > 1:
-            reasons.append("strided dgrad with dilation > 1 is not supported by CUTLASS 2.x")
+        if op == "dgrad" and cfg.get("stride_support") == "strided" and max(p.dilation[1:]) > 1:
+            # CUTLASS's can_implement refuses it for every strided-dgrad kernel, whatever the problem's stride
+            reasons.append("dilation > 1: CUTLASS 2.x strided dgrad kernels do not run dilated filters (a "
+                           "unity-stride dgrad instance does, at stride 1)")
         if p.split_k > 1 and op == "dgrad" and max(p.stride) > 1:
             reasons.append("split-K strided dgrad is not supported")
     return reasons
@@ -282,6 +284,21 @@ def _gemm_1x1_problems(cfg: Mapping[str, Any], quick: bool) -> list[ConvProblem]
     return base
 
 
+def _strided_dgrad_problems(c: int, k: int) -> list[ConvProblem]:
+    """What a strided dgrad kernel gets wrong first: stride 3 (taps a phase skips), a 1x1 filter at stride 2 (three
+    of four phases have no tap: their dx is beta * source, still written), a stride larger than the filter with
+    padding per side, strides that differ by axis, H and W not multiples of the stride."""
+    return [
+        ConvProblem(n=2, h=17, w=19, c=c, k=k, r=3, s=3, pad_front=(0, 1, 2), pad_back=(0, 2, 0),
+                    stride=(1, 3, 3), beta=0.5),
+        ConvProblem(n=3, h=13, w=11, c=c, k=k, r=1, s=1, stride=(1, 2, 2), beta=1.0, alpha=-0.75),
+        ConvProblem(n=2, h=15, w=14, c=c, k=k, r=2, s=2, pad_front=(0, 0, 1), pad_back=(0, 1, 0),
+                    stride=(1, 3, 3)),
+        ConvProblem(n=2, h=21, w=12, c=c, k=k, r=5, s=3, pad_front=(0, 2, 1), pad_back=(0, 1, 1),
+                    stride=(1, 2, 3), beta=-1.0),
+    ]
+
+
 def default_problems(cfg: Mapping[str, Any], quick: bool = False) -> list[tuple[ConvProblem, str]]:
     """Odd sizes (C, K not tile multiples, stride 2, dilation 2, 1x1, 7x7, asymmetric padding), beta 0 and != 0;
     the cases the instance cannot run are left out (their reason is what not_supported_reasons says)."""
@@ -308,6 +325,8 @@ def default_problems(cfg: Mapping[str, Any], quick: bool = False) -> list[tuple[
     if not quick:
         base.append(ConvProblem(n=8, h=28, w=28, c=al * 16, k=al * 16, r=3, s=3, pad_front=(0, 1, 1),
                                 pad_back=(0, 1, 1), beta=0.25))
+    if cfg["op"] == "dgrad" and cfg.get("stride_support") == "strided" and dims == 2:
+        base += _strided_dgrad_problems(c_odd, k_odd)
     if dims == 3:
         base = [replace(p, d=5, t=3, pad_front=(1,) + p.pad_front[1:], pad_back=(1,) + p.pad_back[1:])
                 for p in base if p.r == 3 and p.dilation == (1, 1, 1)][:3]

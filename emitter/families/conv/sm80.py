@@ -94,10 +94,10 @@ def resolve(inst: ConvInstance) -> ConvInstance | Rejection:
         if inst.split_k is not SplitK.none:
             return reject(inst, "iterator-channels-split-k", f"iterator {it} with split-K: a first layer's K = R*S*C "
                                                              f"is short; use split_k: none")
-    if inst.op is ConvOp.dgrad and inst.stride_support is StrideSupport.strided:
-        return reject(inst, "dgrad-strided-2x", "strided 2.x dgrad is CUTLASS's separate ImplicitGemmConvolutionStridedDgrad "
-                                                "kernel (its own swizzle), not built by emitter: use stride_support: unity "
-                                                "(stride-1 problems) or arch: sm90a for strided dgrad")
+    if inst.op is ConvOp.dgrad:
+        why = _dgrad_rejection(inst, dims, it)
+        if why is not None:
+            return why
     inst_shape = inst.instruction or _INSTRUCTION[a]
     if inst_shape != _INSTRUCTION[a]:
         return reject(inst, "instruction", f"instruction {inst_shape}: the sm80 mma.sync for {a} is {_INSTRUCTION[a]}")
@@ -164,6 +164,40 @@ def resolve(inst: ConvInstance) -> ConvInstance | Rejection:
                         alignment_a=al_a, alignment_b=al_b, alignment_c=al_c)
 
 
+def _dgrad_rejection(inst: ConvInstance, dims: int, it: IteratorAlgorithm) -> Rejection | None:
+    """What CUTLASS 2.x builds for dgrad. Unity stride: analytic or optimized iterators (3D: optimized). Strided
+    (any stride; dx = sum over the taps r with (h + pad - r) divisible by the stride): 2D is
+    ImplicitGemmConvolutionStridedDgrad, which runs one stride phase of dx per group of CTAs with only that phase's
+    filter taps (no MMA on the taps a phase skips) and needs the strided-dgrad threadblock swizzle; 3D is the
+    analytic iterator of the plain kernel, which tests every tap (redundant MMAs)."""
+    strided = inst.stride_support is StrideSupport.strided
+    if dims == 3 and strided and it is not IteratorAlgorithm.analytic:
+        return reject(inst, "dgrad-strided-3d", f"strided 3D dgrad exists in CUTLASS 2.x with the analytic iterator "
+                                                f"only, not {it}: use iterator: analytic, or stride_support: unity")
+    if dims == 3 and not strided and it is not IteratorAlgorithm.optimized:
+        return reject(inst, "dgrad-unity-3d", f"unity-stride 3D dgrad exists in CUTLASS 2.x with the optimized "
+                                              f"iterator only, not {it}: use iterator: optimized, or stride_support: "
+                                              f"strided with iterator: analytic")
+    if strided and dims == 2 and inst.swizzle not in (1, 4, 8):
+        return reject(inst, "dgrad-strided-swizzle", f"swizzle {inst.swizzle}: strided dgrad launches through "
+                                                     f"CUTLASS's StridedDgradIdentityThreadblockSwizzle, built for 1, 4 "
+                                                     f"or 8: use swizzle 1, 4 or 8")
+    if strided and inst.split_k is not SplitK.none:
+        return reject(inst, "dgrad-strided-split-k", f"split_k {inst.split_k} with strided dgrad: CUTLASS's strided "
+                                                     f"dgrad kernel refuses split-K at stride > 1 (a phase's K-dim is "
+                                                     f"already the shortest): remove split_k, or use stride_support: "
+                                                     f"unity")
+    return None
+
+
+def _swizzle_cpp(inst: ConvInstance) -> str:
+    n = int(inst.swizzle)
+    if inst.op is ConvOp.dgrad and inst.stride_support is StrideSupport.strided and inst.dims == 2:
+        # the strided-dgrad kernel's grid: M tiles per stride phase x phases (get_strided_dgrad_tile_m)
+        return f"cutlass::conv::threadblock::StridedDgradIdentityThreadblockSwizzle<{n}>"
+    return f"cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<{n}>"
+
+
 def template_context(inst: ConvInstance) -> dict:
     """Everything the sm80 conv templates print, as C++ spellings derived from enums and integers."""
     a_t, b_t = inst.op.operands
@@ -216,7 +250,8 @@ def template_context(inst: ConvInstance) -> dict:
         "stride_support": inst.stride_support.value,
         "stride_support_cpp": "cutlass::conv::StrideSupport::k" + ("Unity" if inst.stride_support is StrideSupport.unity else "Strided"),
         "unity_stride": inst.stride_support is StrideSupport.unity,
-        "swizzle_cpp": f"cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<{int(inst.swizzle)}>",
+        "swizzle_cpp": _swizzle_cpp(inst),
+        "strided_dgrad": inst.op is ConvOp.dgrad and inst.stride_support is StrideSupport.strided,
         "epilogue_text": epilogue_text(inst),
         "epilogue_functor": functor,
         "epilogue_functor_header": header,

@@ -11,12 +11,14 @@ The kernel has one producer and ONE consumer warpgroup (256 threads): a tile's f
 m*n/128 registers a thread, so 128x256 (256) spills (4684 bytes, ptxas -v) -- accepted, as CUTLASS's generator
 emits it, but 128x128 / 64x256 are the largest tiles that keep their accumulators in registers.
 
-`kernel: gemm_1x1` (fprop, wgrad): a 1x1, stride-1, unpadded conv on NHWC tensors is a GEMM, built here with
+`kernel: gemm_1x1` (fprop, dgrad, wgrad): a 1x1, stride-1, unpadded conv on NHWC tensors is a GEMM, built here with
 gemm::collective::CollectiveBuilder + epilogue::collective::CollectiveBuilder + gemm::kernel::GemmUniversal and a
 persistent schedule (KernelTmaWarpSpecializedCooperative / ...Pingpong) with the persistent or stream-K tile
 scheduler (what the conv kernel lacks: the 1x1 layers' short K-dim (fprop) or few output tiles (wgrad) leave it
 latency-bound or idle):
   fprop  D[N*D*H*W, K] = x[N*D*H*W, C] . w[K, C]^T   A row-major (K-major), B = w N x K K-major, C/D row-major
+  dgrad  dx[N*D*H*W, C] = dy[N*D*H*W, K] . w[K, C]  A = dy row-major (K-major), B = w N-major (MN-major: 16-bit),
+                                                     D = dx row-major
   wgrad  dw[K, C] = dy[N*Z*P*Q, K]^T . x[N*D*H*W, C] A = dy M-major, B = x N-major (MN-major TMA/wgmma: 16-bit),
                                                      D = dw row-major [K, C] (== KRSC, R = S = 1)
 The shim (templates/conv/sm90a/gemm1x1_device.cu.j2) keeps the conv ABI and refuses every problem that is not
@@ -103,10 +105,15 @@ def resolve(inst: ConvInstance) -> ConvInstance | Rejection:
                                                       f"schedules are for `kernel: gemm_1x1` (1x1 fprop/wgrad): remove "
                                                       f"schedule/scheduler/swap_ab or add kernel: gemm_1x1")
     if inst.op is ConvOp.dgrad and inst.stride_support is StrideSupport.strided:
+        # CUTLASS 4.2's sm90 collective hands the problem's traversal stride to dy's im2col TMA, which then steps
+        # dy by the stride (fprop's gather), where strided dgrad needs dy[(h + pad - r) / stride] for the taps that
+        # divide; its can_implement does not refuse stride > 1 (a wrong result, not an error). CUTLASS's strided
+        # dgrad collective (tiled TMA for both operands, one stride phase at a time) exists for sm100 only.
         return reject(inst, "dgrad-strided-3x", "CUTLASS's sm90 dgrad collective computes unit-stride dgrad only (its "
-                                                "im2col TMA applies the traversal stride to dy; CUTLASS's sm100 kernels "
-                                                "refuse stride > 1 without their strided-dgrad variant): use "
-                                                "stride_support: unity")
+                                                "im2col TMA steps dy by the traversal stride, fprop's gather; the "
+                                                "strided-dgrad collective is sm100's): use stride_support: unity, and "
+                                                "arch: sm80 with stride_support: strided for stride > 1 (it runs on "
+                                                "Hopper)")
     if inst.split_k is not SplitK.none:
         why = _split_k_rejection(inst, a)
         if why is not None:
@@ -194,10 +201,6 @@ def _gemm_epilogue_smem(inst: ConvInstance, cooperative: bool) -> int:
 
 def _resolve_gemm_1x1(inst: ConvInstance, a: DType) -> ConvInstance | Rejection:
     """kernel: gemm_1x1 -- the conv as a persistent CUTLASS 3.x GEMM (see the module text)."""
-    if inst.op is ConvOp.dgrad:
-        return reject(inst, "gemm-1x1-op", "kernel gemm_1x1 builds fprop and wgrad only (1x1 dgrad is the implicit "
-                                           "kernel's, already faster than cuDNN): use op: fprop or wgrad, or "
-                                           "kernel: implicit")
     if a not in (DType.f16, DType.bf16):
         return reject(inst, "gemm-1x1-dtype", f"kernel gemm_1x1 is built for f16 and bf16 inputs (wgrad reads "
                                               f"MN-major operands, which TMA/wgmma take for 16-bit types only), not "
@@ -209,8 +212,8 @@ def _resolve_gemm_1x1(inst: ConvInstance, a: DType) -> ConvInstance | Rejection:
         return reject(inst, "bias-fprop-only", f"a per-channel bias belongs to the forward output; {inst.op} writes a "
                                                f"gradient: remove bias")
     if inst.swap_ab and inst.op is not ConvOp.wgrad:
-        return reject(inst, "gemm-1x1-swap-ab", "swap_ab is built for wgrad (dw^T = x^T . dy); fprop's GEMM M = N*P*Q "
-                                                "is already the long side: remove swap_ab")
+        return reject(inst, "gemm-1x1-swap-ab", f"swap_ab is built for wgrad (dw^T = x^T . dy); {inst.op}'s GEMM "
+                                                f"M = N*P*Q is already the long side: remove swap_ab")
     if inst.split_k is not SplitK.none:
         return reject(inst, "gemm-1x1-split-k", f"split_k {inst.split_k}: kernel gemm_1x1 splits the reduction with "
                                                 f"its tile scheduler: use scheduler: stream_k and remove split_k")
@@ -343,9 +346,13 @@ def gemm_1x1_context(inst: ConvInstance) -> dict:
     coop = inst.schedule is not ConvSchedule.pingpong
     stream_k = inst.scheduler is ConvTileScheduler.stream_k
     row, col = "cutlass::layout::RowMajor", "cutlass::layout::ColumnMajor"
+    dgrad = inst.op is ConvOp.dgrad
     if fprop:      # A = x [NPQ, C] K-major, B = w [K, C] (N x K, K-major), D = y [NPQ, K] row-major
         ptrs, mnk, lds = ("x", "w"), "M = int(npq), N = p->k, K = p->c", "lda = ldx, ldb = ldw, ldc = ldy"
         text = "GEMM M = N*Z*P*Q, N = K, K = C (x . w^T)"
+    elif dgrad:    # A = dy [NPQ, K] K-major, B = w [K, C] read N-major (KRSC rows are C), D = dx [NPQ, C] row-major
+        ptrs, mnk, lds = ("y", "w"), "M = int(npq), N = p->c, K = p->k", "lda = ldy, ldb = ldw, ldc = ldx"
+        text = "GEMM M = N*D*H*W, N = C, K = K (dy . w)"
     elif not swap:  # A = dy [NPQ, K] read M-major, B = x [NPQ, C] read N-major, D = dw [K, C] row-major
         ptrs, mnk, lds = ("y", "x"), "M = p->k, N = p->c, K = int(npq)", "lda = ldy, ldb = ldx, ldc = ldw"
         text = "GEMM M = K, N = C, K = N*Z*P*Q (dy^T . x)"
@@ -354,10 +361,10 @@ def gemm_1x1_context(inst: ConvInstance) -> dict:
         text = "GEMM M = C, N = K, K = N*Z*P*Q (dw^T = x^T . dy, D column-major)"
     return {
         "gemm_1x1": True,
-        "gemm_layout_a": row if fprop else col,
+        "gemm_layout_a": row if fprop or dgrad else col,
         "gemm_layout_b": col if fprop else row,
         "gemm_layout_c": col if swap else row,
-        "gemm_a_ld_mode": 0 if fprop else 1,
+        "gemm_a_ld_mode": 0 if fprop or dgrad else 1,
         "gemm_b_ld_mode": 0 if fprop else 1,
         "gemm_c_ld_mode": 1 if swap else 0,
         "gemm_ptr_a": ptrs[0],

@@ -18,10 +18,10 @@ naming the file, line, key path, value, allowed values and a fix.
     swizzle: 1 | 2 | 4 | 8                (2.x)
     epilogue: relu | {activation: relu, bias: true, clamp: [0, 6]}
     split_k: none | serial | parallel
-    kernel: implicit | gemm_1x1           (default implicit; gemm_1x1: sm90a fprop/wgrad of 1x1 stride-1 unpadded
+    kernel: implicit | gemm_1x1           (default implicit; gemm_1x1: sm90a fprop/dgrad/wgrad of 1x1 stride-1 unpadded
                                            convs as a persistent CUTLASS 3.x GEMM, other problems refused at run time)
     schedule: auto | cooperative | pingpong          (gemm_1x1 only; auto = cooperative)
-    scheduler: auto | persistent | stream_k          (gemm_1x1 only; auto = persistent for fprop, stream_k for wgrad)
+    scheduler: auto | persistent | stream_k          (gemm_1x1 only; auto = persistent for fprop/dgrad, stream_k for wgrad)
     swap_ab: false | true                            (gemm_1x1 wgrad only: dw^T = x^T . dy, M = C, N = K: a K = 64
                                                       layer fills a 128x64 tile instead of half a 128x128 one)
 """
@@ -176,8 +176,8 @@ def _build(point: Assign) -> ConvInstance:
     if warp is None and not three:
         warp = Shape3(min(64, max(tile.m // 2, 16)), min(64, max(tile.n // 2, 8)), tile.k)
     op: ConvOp = point["op"]
-    # dgrad defaults to unit stride: CUTLASS's strided 2.x dgrad is another kernel, and the sm90 dgrad collective
-    # computes unit-stride dgrad only
+    # dgrad defaults to unit stride: CUTLASS's strided 2.x dgrad is another kernel (sm80: stride_support: strided),
+    # and the sm90 dgrad collective computes unit-stride dgrad only
     default_stride = StrideSupport.unity if op is ConvOp.dgrad else StrideSupport.strided
     activation = point.get("activation", Activation.identity)
     clamped = activation is Activation.clamp   # bounds belong to clamp only (as in the GEMM spec)
