@@ -1,8 +1,11 @@
 """What an exported library is made of, beneath the families: the pieces a family adds to it (its C API, table and
 loader functions), the error a bad export ends in, and the codes of the C API every family shares.
 
-GEMM is the library's own family (its C API, dispatch and Python functions are templates/library/*). Another
-family (attention, conv, ...) whose package `emitter.families.<f>` defines
+The shared files of a library (header, C API, table, loader, CMake, README: templates/library/*) hold what every
+family uses (status codes, dtype enums, error and device helpers, the loader's operand and torch helpers); each
+family's part comes from its package. GEMM's (emitter/families/gemm/library.py, templates/gemm/library/) is in
+every library and fills the shared templates' named places; another family (attention, conv, ...) whose package
+`emitter.families.<f>` defines
 
     library_pieces(entries, roots, ctx) -> LibraryPieces
 
@@ -79,9 +82,12 @@ class LibraryPieces:
     context: dict[str, Any] = field(default_factory=dict)
     kernels: int = 0    # how many kernels the family exports (the summary line)
     # the default family's part (GEMM's C API is in every library, emitter/families/gemm/library.py): template
-    # context of the shared templates, its C functions (exported; its loader text declares them), the manifest's
-    # sections it writes (a list section lists kernels with `name` and `arch`), notes for the export summary
+    # context of the shared templates, text for their named places (`library_places.get("<place>")` in
+    # templates/library/*.j2; each family's text in registry order), its C functions (exported; its loader text
+    # declares them), the manifest's sections it writes (a list section lists kernels with `name` and `arch`),
+    # notes for the export summary
     globals: dict[str, Any] = field(default_factory=dict)
+    places: dict[str, str] = field(default_factory=dict)    # text for the named places of the shared templates
     exports: tuple[str, ...] = ()
     manifest: dict[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()

@@ -37,6 +37,11 @@ def collect(entries: Sequence[dict[str, Any]], roots: dict[str, Path], ctx: dict
                         f"LibraryPieces(family={fam!r}, ...) (a bug in the family)")
         ctx.update(pieces.globals)
         out.append(pieces)
+    places: dict[str, list[str]] = {}
+    for p in out:
+        for place, text in p.places.items():
+            places.setdefault(place, []).append(text)
+    ctx["library_places"] = places
     return out
 
 

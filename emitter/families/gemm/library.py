@@ -143,6 +143,16 @@ def _render(template: str, **ctx: Any) -> str:
     return environment().get_template(f"gemm/library/{template}").render(**ctx)
 
 
+def _places(template: str, ctx: dict[str, Any]) -> dict[str, str]:
+    """Each block of templates/gemm/library/<template>, rendered: the text for the shared template's place of
+    that name."""
+    from emitter.render import environment
+
+    t = environment().get_template(f"gemm/library/{template}")
+    context = t.new_context(ctx)
+    return {name: "".join(block(context)) for name, block in t.blocks.items()}
+
+
 def library_pieces(entries: Sequence[dict[str, Any]], roots: dict[str, Path], ctx: dict[str, Any]) -> LibraryPieces:
     try:
         kernels = kernel_records(entries)
@@ -175,6 +185,9 @@ def library_pieces(entries: Sequence[dict[str, Any]], roots: dict[str, Path], ct
         f"src/{lib}_kernels.cpp": _render("kernels.cpp.j2", **full),
         f"tools/{lib}_dispatch_probe.cpp": _render("dispatch_probe.cpp.j2", **full),
     }
+    places: dict[str, str] = {}
+    for template in ("header.h.j2", "api.cpp.j2", "table.cpp.j2", "loader.py.j2", "README.md.j2"):
+        places.update(_places(template, full))
     for k in kernels:
         files[f"src/instances/{k.name}.cu"] = sources[k.name]
         files[f"src/instances/{k.name}.launch.cu"] = _render("launch.cu.j2", k=k, **full)
@@ -196,6 +209,6 @@ def library_pieces(entries: Sequence[dict[str, Any]], roots: dict[str, Path], ct
             "fallback_order": [[k.name for k in sorted(ks, key=lambda k: k.fallback_rank)] for ks in groups.values()],
         },
     }
-    return LibraryPieces(family=FAMILY, files=files, globals=glob, exports=C_FUNCTIONS, manifest=manifest,
+    return LibraryPieces(family=FAMILY, files=files, globals=glob, places=places, exports=C_FUNCTIONS, manifest=manifest,
                          notes=tuple(notes), kernels=len(kernels),
                          context={"tuning": len(tuning), **({"dropped_tuning": dropped} if dropped else {})})
