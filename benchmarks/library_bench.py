@@ -658,6 +658,9 @@ def measure(family: str, cfg: dict[str, Any], work: Path, args) -> dict[str, Any
     torch.backends.cudnn.benchmark = True
     props = torch.cuda.get_device_properties(0)
     gpu = torch.cuda.get_device_name(0)
+    if not (work / "profile" / "tuning.json").is_file():
+        raise BenchError(f"{work / 'profile'}: no tuning.json: run --stage profile first (same --out); the bench "
+                         f"measures the library exported with its tuning")
     lib = load_library(work)
     fam = BENCHES[family](torch, lib, cfg, work, props.multi_processor_count,
                           int(getattr(props, "L2_cache_size", 0) or 60 << 20))
@@ -679,12 +682,17 @@ def measure(family: str, cfg: dict[str, Any], work: Path, args) -> dict[str, Any
               f"{fmt(r.get('lib_vs_oracle'), '.3f')}  {row.get('check', row.get('error', ''))}  "
               f"{short(row.get('kernel'))} [{row.get('why', '')}]")
         torch.cuda.empty_cache()
-    h = fam.host()
-    hl, _ = host_best(torch, h["library"], args.host_calls)
-    hv, _ = host_best(torch, h["vendor"], args.host_calls)
-    host = {"case": h["case"], "library_us": hl, "vendor_us": hv, "vendor": h["vendor_name"],
-            "calls": args.host_calls}
-    log(f"  host cost ({h['case']}): library {hl:.2f} us/call, {h['vendor_name']} {hv:.2f} us/call")
+    host: dict[str, Any] = {"case": cfg.get("host"), "calls": args.host_calls}
+    if cfg.get("host"):
+        try:
+            h = fam.host()
+            hl, _ = host_best(torch, h["library"], args.host_calls)
+            hv, _ = host_best(torch, h["vendor"], args.host_calls)
+            host.update(library_us=hl, vendor_us=hv, vendor=h["vendor_name"])
+            log(f"  host cost ({h['case']}): library {hl:.2f} us/call, {h['vendor_name']} {hv:.2f} us/call")
+        except Exception as e:  # noqa: BLE001 (reported in the record; the timed cases stand)
+            host["error"] = f"{type(e).__name__}: {e}"
+            log(f"  host cost ({cfg['host']}): {host['error']}")
     return {"family": family, "gpu": gpu, "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
             "library": lib.version(), "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "config": str(Path(cfg["path"]).relative_to(ROOT)), "tune": cfg["tune"], "eval": cfg["eval"],
@@ -796,7 +804,9 @@ def family_section(rec: dict[str, Any], plot: str | None = None) -> str:
                  f"Library / oracle: geomean {fmt(lo_g, '.3f')}, lowest {fmt(lo_m, '.3f')} (goal >= "
                  f"{GOAL_GEOMEAN} and >= {GOAL_CASE}: {'met' if s.get('goal_met') else 'NOT met'}).")
     h = rec.get("host")
-    if h:
+    if h and h.get("error"):
+        lines += ["", f"Host cost per call ({h.get('case')}): not measured ({h['error'][:160]})."]
+    elif h and h.get("library_us"):
         lines += ["", f"Host cost per call ({h['case']}, {h['calls']} back-to-back calls, no synchronization): "
                       f"library {h['library_us']:.2f} us, {h['vendor']} {h['vendor_us']:.2f} us "
                       f"({h['library_us'] / h['vendor_us']:.2f}x)."]
