@@ -317,7 +317,7 @@ def profile_instances(source: str | os.PathLike | Any, *, problems: Sequence[Any
     outcome = run(cfg, the_plan, out_dir, resolve_gpus(cfg, gpus, backend), backend=backend, **extra)
     if not outcome.measurements:
         raise ProfileError("nothing was measured" + (": " + "; ".join(outcome.fatal) if outcome.fatal else ""))
-    report = rep.build(outcome.measurements, outcome.envs, cfg)
+    report = rep.build(outcome.measurements, outcome.envs, cfg, run=outcome.run)
     if out is not None:
         rep.write_all(report, out_dir, plots=plots and cfg.output.plots)
     return report

@@ -309,8 +309,8 @@ def _tuning(outcome, cfg, out: Path) -> list:
 
 @needs_ray
 def test_ray_profile_gives_the_local_tuning_table(sm90a_manifest, tmp_path, ray_local, capfd):
-    """Two fake GPUs as two Ray GPU actors: every problem measured once, sharded as the local runner shards
-    them, and the same tuning table as a local run."""
+    """Two fake GPUs as two Ray GPU actors fed from the runner's queue: every problem measured once, on one GPU,
+    both GPUs used, the same measurements and tuning table as a local run, and the run's per-GPU record."""
     from emitter.profile.ray_runner import GpuPool
     from emitter.profile.runner import plan, run
 
@@ -323,8 +323,14 @@ def test_ray_profile_gives_the_local_tuning_table(sm90a_manifest, tmp_path, ray_
     assert not remote.fatal and remote.restarts == 0
     key = lambda m: (m.kind, m.label, m.op.key, m.problem.key)   # noqa: E731
     assert sorted(map(key, remote.measurements)) == sorted(map(key, local.measurements))
-    where = {m.problem.key: m.gpu for m in remote.measurements}
-    assert where == {m.problem.key: m.gpu for m in local.measurements} and set(where.values()) == {0, 1}
+    where: dict[str, set] = {}
+    for m in remote.measurements:
+        where.setdefault(m.problem.key, set()).add(m.gpu)
+    assert all(len(g) == 1 for g in where.values()) and set().union(*where.values()) == {0, 1}
+    taken = {g: sorted(remote.run["per_gpu"][str(g)]["taken"]) for g in (0, 1)}
+    assert taken == {g: sorted(k for k, gs in where.items() if g in gs) for g in (0, 1)}
+    med = lambda o: {key(m): m.stats.median_ms if m.stats else None for m in o.measurements}   # noqa: E731
+    assert med(remote) == med(local)
     assert _tuning(remote, cfg, tmp_path / "ray") == _tuning(local, cfg, tmp_path / "local")
     err = capfd.readouterr().err
     assert "[gpu0]" in err and "[gpu1]" in err              # the workers' lines reach the driver
@@ -381,7 +387,8 @@ def test_ray_profile_kills_a_stalled_worker_and_keeps_the_rest(sm90a_manifest, t
 @needs_ray
 def test_ray_profile_survives_a_lost_gpu_actor(sm90a_manifest, tmp_path, ray_local):
     """The actor of GPU 1 dies (SIGKILL: a node lost) while its worker measures a kernel: that measurement gets a
-    fault record, a new actor takes the shard over and finishes it, and nothing else is lost."""
+    fault record, the rest of the problem goes back to the queue (GPU 0 takes it), a new actor takes further
+    work, and nothing else is lost."""
     import os
     import signal
     import threading
@@ -389,12 +396,13 @@ def test_ray_profile_survives_a_lost_gpu_actor(sm90a_manifest, tmp_path, ray_loc
 
     from emitter.profile.ray_runner import GpuPool
     from emitter.profile.records import FAULT
-    from emitter.profile.runner import plan, run, shard
+    from emitter.profile.cost import estimate, queue_order
+    from emitter.profile.runner import plan, run
 
     cfg = _profile_config(sm90a_manifest, "gpus: 2\n")
     pl = plan(cfg)
     victim = pl.instances[3]["entry"]["name"]
-    where = shard(pl.problems, 2)[1][0].key                  # a problem of GPU 1's shard
+    where = queue_order(pl.problems, estimate(pl, cfg))[1].key      # the queue hands it to GPU 1 first
     faults = [{"kind": "hang", "select": victim, "problem": where, "seconds": 120}]   # holds it there
     clean = run(cfg, pl, tmp_path / "clean", [0, 1], backend="fake")
     pool = GpuPool.connect(cfg, None, None)
@@ -420,7 +428,10 @@ def test_ray_profile_survives_a_lost_gpu_actor(sm90a_manifest, tmp_path, ray_loc
     got = {key(m): m for m in remote.measurements}
     assert set(got) == {key(m) for m in clean.measurements}
     lost = [m for m in remote.measurements if m.status == FAULT]
-    assert [(m.name, m.problem.key) for m in lost] == [(victim, where)] and "died" in lost[0].reason
+    assert [(m.name, m.problem.key, m.gpu) for m in lost] == [(victim, where, 1)] and "died" in lost[0].reason
+    row = next(p for p in remote.run["problems"] if p["problem"] == where)
+    assert row["gpus"] == [1, 0]
+    assert any(e.startswith(f"gpu1: the worker died") and where in e for e in remote.events)
 
 
 @needs_ray

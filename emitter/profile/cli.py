@@ -94,6 +94,9 @@ def _manifest_source(config: Path) -> bool:
                    "'' = compiled-in), in place of the config's scheduler sweep")
 @click.option("--tie-tolerance", type=click.FloatRange(0, 0.5), default=None,
               help="relative floor of the noise used to call kernels tied (default: config, 0.01)")
+@click.option("--cost-from", "cost_from", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="an earlier run's profile.json: its per-problem wall seconds order the work queue (largest "
+                   "first) [default: -o's own profile.json when there is one, else a model of FLOPs x measurements]")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="ray: one Ray GPU actor per GPU of a cluster, in place of local worker processes "
                    "(pip install 'emitter[ray]'; docs/scale-out.md)")
@@ -103,7 +106,8 @@ def profile_cmd(config: Path | None, out: Path | None, select: tuple[str, ...], 
                 problem_texts: tuple[str, ...], problems_file: Path | None, m: str | None, n: str | None,
                 k: str | None, batch: str | None, gpus: str | None, backend: str, no_check: bool, no_baseline: bool,
                 quick: bool, all_kernels: bool, no_plots: bool, replay: Path | None, resume: bool, stall_timeout: float, options_text: str | None, tie_tolerance: float | None,
-                executor: str = "local", address: str | None = None, workspace_reset: str | None = None) -> None:
+                executor: str = "local", address: str | None = None, workspace_reset: str | None = None,
+                cost_from: Path | None = None) -> None:
     """Profile the kernels of CONFIG (a profile YAML, or a manifest directory) against cuBLAS in the same run.
 
     Each kernel is checked for correctness on each problem, then timed with CUDA events (warm-up, median of
@@ -121,6 +125,7 @@ def profile_cmd(config: Path | None, out: Path | None, select: tuple[str, ...], 
     """
     from emitter.profile import report as rep
     from emitter.profile.config import Timing, load_config
+    from emitter.profile.cost import estimate
     from emitter.profile.runner import ProfileError, check_built, plan, resolve_gpus, run, shard_balance
 
     console = rep.make_console()
@@ -129,6 +134,7 @@ def profile_cmd(config: Path | None, out: Path | None, select: tuple[str, ...], 
 
         require_ray()
     if replay is not None:
+        run_info = None        # a profile.json's `run` (how that run went) stays with its measurements
         if replay.is_dir():
             from emitter.profile.runner import outcome_from_logs
 
@@ -140,9 +146,10 @@ def profile_cmd(config: Path | None, out: Path | None, select: tuple[str, ...], 
         else:
             data = json.loads(replay.read_text(encoding="utf-8"))
             measurements, envs, cfg = rep.from_json(data)
+            run_info = data.get("run") if isinstance(data.get("run"), dict) else None
         if tie_tolerance is not None:
             cfg = cfg.replace(tie_tolerance=tie_tolerance)
-        report = rep.build(measurements, envs, cfg)
+        report = rep.build(measurements, envs, cfg, run=run_info)
         out_dir = out or replay.parent
         if out_dir.resolve() == replay.parent.resolve() and out is None:
             out_dir = replay.parent / "replay"
@@ -219,16 +226,28 @@ def profile_cmd(config: Path | None, out: Path | None, select: tuple[str, ...], 
     console.print(f"profiling {len(the_plan.instances)} kernels x {len(the_plan.problems)} problems on "
                   f"{len(gpu_list)} GPU{'s' if len(gpu_list) > 1 else ''} ({backend}); "
                   f"check={'on' if cfg.check else 'OFF'}, baselines={', '.join(cfg.baselines) or 'none'}")
-    balance = shard_balance(the_plan.problems, len(gpu_list))
-    if balance:
-        console.print(balance)
-    outcome = (pool.run if pool else run)(cfg, the_plan, out_dir, gpu_list, backend=backend,
-                                          stall_timeout_s=stall_timeout, resume=resume)
+    prior = cost_from
+    if prior is None and (out_dir / cfg.output.json).is_file():
+        prior = out_dir / cfg.output.json          # the last run into -o: its measured seconds order the queue
+    est = estimate(the_plan, cfg, prior)
+    for note in est.notes:
+        console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
+    balance = shard_balance(the_plan.problems, len(gpu_list), est)
+    console.print(balance or f"estimated work {est.total(the_plan.problems):.0f} s "
+                             f"({est.describe(the_plan.problems)})", highlight=False)
+    if pool:
+        outcome = pool.run(cfg, the_plan, out_dir, gpu_list, backend=backend, stall_timeout_s=stall_timeout,
+                           resume=resume, cost=est)
+    else:
+        outcome = run(cfg, the_plan, out_dir, gpu_list, backend=backend, stall_timeout_s=stall_timeout,
+                      resume=resume, cost=est)
+    for e in outcome.events:
+        console.print(f"[yellow]{e}[/yellow]", highlight=False)
     for f in outcome.fatal:
         console.print(f"[red]{f}[/red]")
     if not outcome.measurements:
         raise ProfileError("nothing was measured" + (": " + "; ".join(outcome.fatal) if outcome.fatal else ""))
-    report = rep.build(outcome.measurements, outcome.envs, cfg)
+    report = rep.build(outcome.measurements, outcome.envs, cfg, run=outcome.run)
     paths = rep.write_all(report, out_dir, plots=cfg.output.plots and not no_plots)
     rep.print_table(report, console, all_kernels)
     if outcome.restarts:

@@ -1,17 +1,19 @@
-"""`emitter profile --executor ray`: one Ray GPU actor per GPU, the local runner's shards and fault policy.
+"""`emitter profile --executor ray`: one Ray GPU actor per GPU, the local runner's queue and fault policy.
 
-runner.run stays the scheduler: it shards problems by FLOPs, writes each shard's job, watches each worker's
-log for progress, restarts a worker that died without the kernel it was measuring (a `fault` record; a
-kernel that faults twice is dropped), kills one that stalls, and merges every shard's log into the
-measurements that profile.json / tuning.json are built from. Here only where a worker runs changes:
+runner.run stays the scheduler: it keeps the queue (largest estimated cost first), hands a worker its next
+problem when the worker's log says it finished one, watches each log for progress, restarts a worker that
+died without the kernel it was measuring (a `fault` record; the rest of the problem back to the queue; a
+kernel that faults twice is dropped), kills one that stalls, and merges every log into the measurements that
+profile.json / tuning.json are built from. Here only where a worker runs changes:
 
   GpuActor   a Ray actor holding one GPU (num_gpus=1; Ray sets its CUDA_VISIBLE_DEVICES). It never touches
              CUDA itself: it starts `python -m emitter.profile.worker` as a child on its node (so a CUDA fault
              or a crash takes down the child, and the actor restarts it), and keeps the child's JSON-lines log
              and stderr on the node's disk.
-  _RemoteProc  what runner.run sees in place of a subprocess.Popen: poll() copies the new log bytes into the
+  _RemoteProc  what runner.run sees in place of a local worker: poll() copies the new log bytes into the
              driver's shard log (and the child's stderr lines, "[gpuN] problem kernel time", to the driver's
-             stderr) and returns the child's exit code once its log is drained; kill() kills the child.
+             stderr) and returns the child's exit code once its log is drained; send() writes a queue item to
+             the child's stdin through the actor, close_input() ends it; kill() kills the child.
 
 No shared file system: the built artifacts of the selected instances (record.json, cubin, host .so) travel
 once through the object store and each actor writes them into a private directory on its node; the job's
@@ -92,8 +94,27 @@ class GpuActor:
         with open(self.err, "wb") as err:
             # no preexec_fn (unsafe in the actor's threaded process): Ray kills a dead actor's children itself
             self.proc = subprocess.Popen([sys.executable, "-m", "emitter.profile.worker", str(job_path)],
-                                         stdin=subprocess.DEVNULL, stdout=err, stderr=subprocess.STDOUT)
+                                         stdin=subprocess.PIPE, stdout=err, stderr=subprocess.STDOUT)
         return self.proc.pid
+
+    def feed(self, text: str) -> bool:
+        """A queue item (one JSON line) to the worker; False when it has exited."""
+        if self.proc is None or self.proc.stdin is None:
+            return False
+        try:
+            self.proc.stdin.write(text.encode("utf-8"))
+            self.proc.stdin.flush()
+            return True
+        except (BrokenPipeError, OSError, ValueError):
+            return False
+
+    def close_input(self) -> None:
+        """No more items: the worker finishes and exits."""
+        if self.proc is not None and self.proc.stdin is not None:
+            try:
+                self.proc.stdin.close()
+            except (BrokenPipeError, OSError):
+                pass
 
     def poll(self, offset: int) -> tuple[bytes, str, int | None]:
         """(log bytes from offset, new stderr text, exit code once exited and the log is read to its end)."""
@@ -162,6 +183,18 @@ class _RemoteProc:
         except Exception:                               # noqa: BLE001 - a dead actor has no worker to kill
             pass
 
+    def send(self, text: str) -> None:
+        try:
+            self.pool.ray.get(self.pool.actors[self.index].feed.remote(text), timeout=60)
+        except Exception:                               # noqa: BLE001 - a dead actor: poll() says so next
+            pass
+
+    def close_input(self) -> None:
+        try:
+            self.pool.ray.get(self.pool.actors[self.index].close_input.remote(), timeout=60)
+        except Exception:                               # noqa: BLE001
+            pass
+
     def wait(self, timeout: float | None = None) -> int:
         t0 = time.monotonic()
         while self.poll() is None:
@@ -192,7 +225,7 @@ def _bundle(the_plan: Plan) -> dict[str, dict[str, bytes]]:
 
 
 class GpuPool:
-    """n GpuActors (num_gpus=1 each) on a Ray cluster; `gpus` are the labels runner.run shards over."""
+    """n GpuActors (num_gpus=1 each) on a Ray cluster; `gpus` are the labels runner.run queues work to."""
 
     def __init__(self, session: RaySession, n: int) -> None:
         self.session, self.ray = session, session.ray
@@ -207,7 +240,7 @@ class GpuPool:
         nodes = {w["node"] for w in self.where}
         ids = [w["gpu_ids"][0] if w["gpu_ids"] else None for w in self.where]
         if len(nodes) == 1 and all(i is not None and str(i).isdigit() for i in ids) and len(set(ids)) == n:
-            # one node: the physical indices in ascending order, as a local run names and shards them
+            # one node: the physical indices in ascending order, as a local run names them
             order = sorted(range(n), key=lambda j: int(ids[j]))
             self.actors = [self.actors[j] for j in order]
             self.where = [self.where[j] for j in order]
@@ -265,7 +298,8 @@ class GpuPool:
 
     def run(self, config: ProfileConfig, the_plan: Plan, out_dir: Path, gpus: list[int] | None = None,
             backend: str = "pycuda", faults: list[dict[str, Any]] | None = None, model: dict[str, Any] | None = None,
-            stall_timeout_s: float = 300.0, isolate: bool = True, resume: bool = False) -> RunOutcome:
+            stall_timeout_s: float = 300.0, isolate: bool = True, resume: bool = False,
+            cost: Any = None) -> RunOutcome:
         """runner.run on the actors (same arguments; `gpus` must be self.gpus); closes the pool."""
         try:
             if gpus is not None and list(gpus) != self.gpus:
@@ -273,7 +307,8 @@ class GpuPool:
             self.bundle_ref = self.ray.put(_bundle(the_plan))
             self.ray.get([a.stage.remote(self.bundle_ref) for a in self.actors], timeout=_START_TIMEOUT_S)
             return run_local(config, the_plan, out_dir, self.gpus, backend=backend, faults=faults, model=model,
-                             stall_timeout_s=stall_timeout_s, isolate=True, resume=resume, spawn=self.spawn)
+                             stall_timeout_s=stall_timeout_s, isolate=True, resume=resume, spawn=self.spawn,
+                             cost=cost)
         finally:
             self.close()
 

@@ -12,7 +12,7 @@ import io
 import math
 import re
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -42,6 +42,9 @@ class Report:
     config: ProfileConfig
     choices: dict[tuple, Choice]
     figures: dict[tuple, dict[str, Any]]
+    # how the run went (runner.RunOutcome.run: per GPU busy seconds, per problem wall seconds and estimate,
+    # fault events); empty for a report rebuilt from measurements alone
+    run: dict[str, Any] = field(default_factory=dict)
 
     @property
     def env(self) -> dict[str, Any]:
@@ -55,8 +58,10 @@ def _r(x: float | None, nd: int = 4) -> float | None:
     return None if x is None or not math.isfinite(x) else round(x, nd)
 
 
-def build(measurements: list[Measurement], envs: dict[int, dict[str, Any]], config: ProfileConfig) -> Report:
-    """Figures for every measurement, the baseline of each (op, problem), and the stable best kernels."""
+def build(measurements: list[Measurement], envs: dict[int, dict[str, Any]], config: ProfileConfig,
+          run: dict[str, Any] | None = None) -> Report:
+    """Figures for every measurement, the baseline of each (op, problem), and the stable best kernels. `run`:
+    how the run went (RunOutcome.run), kept in profile.json's `run`."""
     baselines: dict[tuple, Measurement] = {}
     for m in measurements:
         if m.kind == "baseline" and m.ok:
@@ -83,7 +88,7 @@ def build(measurements: list[Measurement], envs: dict[int, dict[str, Any]], conf
                 f["ratio"] = b.stats.median_ms / m.stats.median_ms
         figures[measurement_key(m)] = f
     choices = choose_all(measurements, config.tie_tolerance)
-    return Report(measurements, envs, config, choices, figures)
+    return Report(measurements, envs, config, choices, figures, dict(run or {}))
 
 
 # ------------------------------------------------------------------------------------------ CSV / JSON
@@ -171,6 +176,7 @@ def to_json(report: Report) -> dict[str, Any]:
         "summary": {"geomean": geomeans(report), "counts": _counts(report)},
         "rows": rows(report),
         "measurements": [m.to_json() for m in sorted(report.measurements, key=_sort_key)],
+        **({"run": report.run} if report.run else {}),
     }
 
 

@@ -3,11 +3,19 @@
 A job is self-contained (a file in, a JSON-lines file out), so the runner can start one per GPU here, or
 elsewhere (a Ray task on a GPU node) unchanged. The worker appends to `job["out"]`:
     {"type": "env", ...}                               what it runs on
+    {"type": "problem", "problem"}                     before each problem
     {"type": "start", "name", "problem", "op"}         before each kernel measurement
     {"type": "result", "measurement": {...}}           after it (any status)
+    {"type": "problem_done", "problem", "wall_s"}      after the problem's last measurement
     {"type": "done"}
 A CUDA fault poisons the context, so the worker records it and exits (code 3); the runner reads the
 last "start" without a "result", and restarts the worker without that kernel for that problem.
+
+Problems come from the job's list, or, with `"queue": true`, one JSON line at a time on stdin (the runner's
+queue hands each GPU its next problem when it finishes one; end of input ends the job). A queue item is
+{"problem": {...}} plus what is already known of that problem from an earlier attempt on any GPU: the
+measurements not to take again (`skip`, `skip_baselines`, `skip_variants`), the `top` ranking (`ranked`),
+the best median so far (`best_known`) and the kernels dropped after repeated faults (`skip_names`).
 
 Order: problem by problem; for each op (dtypes + layouts + epilogue) the operand sets are allocated and
 filled once, the cuBLAS baseline runs on them, then every kernel of that op (check, then timing).
@@ -19,10 +27,11 @@ import hashlib
 import json
 import os
 import sys
+import time
 import traceback
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import Any, Callable, Iterable, Iterator, TextIO
 
 import numpy as np
 
@@ -278,6 +287,11 @@ class FakeEngine:
         return self.backend.load(root, entry)
 
     def prepare(self, op: Any, problem: Any) -> Any:
+        # model["prepare_s"][problem key]: seconds the operand sets take (tests: problems that cost what they say,
+        # whatever their FLOPs, for the work queue to balance)
+        delay = float(self.model.get("prepare_s", {}).get(problem.key, 0.0))
+        if delay:
+            time.sleep(delay)
         return {"op": op, "problem": problem}
 
     def extra(self, data: Any) -> dict[str, Any]:
@@ -413,20 +427,50 @@ def _short(e: BaseException) -> str:
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
-def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = None) -> int:
-    """Run one job (see module doc); returns the process exit code."""
+def _items(job: dict[str, Any], items: Iterable[dict[str, Any]] | None) -> Iterator[dict[str, Any]]:
+    """The job's problems as queue items: its list, or (`queue`) the lines of stdin (or `items`) until the end."""
+    if not job.get("queue"):
+        yield from ({"problem": pd} for pd in job["problems"])
+        return
+    if items is not None:
+        yield from items
+        return
+    while True:
+        line = sys.stdin.readline()
+        if not line:
+            return
+        if line.strip():
+            yield json.loads(line)
+
+
+def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = None,
+            items: Iterable[dict[str, Any]] | None = None) -> int:
+    """Run one job (see module doc); returns the process exit code. `items`: a queue job's items, in place of
+    stdin."""
     config = ProfileConfig.from_json(job["config"])
     gpu = int(job.get("gpu", 0))
     log = JobLog(job["out"])
-    skip = {(s[0], s[1]) for s in job.get("skip", [])}
-    skip_names = set(job.get("skip_names", []))
+    skip: set[tuple[str, str]] = set()
+    skip_names: set[str] = set()
+    skip_baselines: set[tuple[str, ...]] = set()
     # best median so far per (op, problem) from an earlier sitting (--resume), so pruning sees it
-    best_known = {(b[0], b[1]): float(b[2]) for b in job.get("best_known", [])}
+    best_known: dict[tuple[str, str], float] = {}
     # scheduler `top`: kernels whose variants were timed already, and the compiled-in medians that rank them
-    skip_variants = {(s[0], s[1], int(s[2])) for s in job.get("skip_variants", [])}
+    skip_variants: set[tuple[str, str, int]] = set()
     known: dict[tuple[str, str], list[tuple[str, int, float]]] = {}
-    for op_k, p_k, k_name, k_split, k_med in job.get("ranked", []):
-        known.setdefault((op_k, p_k), []).append((k_name, int(k_split), float(k_med)))
+
+    def learn(part: dict[str, Any]) -> None:
+        """What the job (or a queue item) says is known already: not measured again."""
+        skip.update((s[0], s[1]) for s in part.get("skip", []))
+        skip_names.update(part.get("skip_names", []))
+        skip_baselines.update(tuple(s) for s in part.get("skip_baselines", []))
+        best_known.update({(b[0], b[1]): float(b[2]) for b in part.get("best_known", [])})
+        skip_variants.update((s[0], s[1], int(s[2])) for s in part.get("skip_variants", []))
+        for op_k, p_k, k_name, k_split, k_med in part.get("ranked", []):
+            if (k_name, int(k_split), float(k_med)) not in known.get((op_k, p_k), []):
+                known.setdefault((op_k, p_k), []).append((k_name, int(k_split), float(k_med)))
+
+    learn(job)
     try:
         if engine_factory is not None:
             engine = engine_factory(config, gpu)
@@ -441,7 +485,8 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
         return 2
     env = engine.env()
     log.write({"type": "env", "gpu": gpu, "env": env})
-    _say(gpu, f"{env.get('name')}: {len(job['problems'])} problems x {len(job['instances'])} kernels")
+    _say(gpu, f"{env.get('name')}: " + (f"{len(job['problems'])} problems, taken from the queue" if job.get("queue")
+                                         else f"{len(job['problems'])} problems") + f" x {len(job['instances'])} kernels")
 
     # load every kernel once; a kernel that cannot load fails on every problem, with the reason
     kernels: "OrderedDict[str, tuple[Any, Any, str, str | None]]" = OrderedDict()
@@ -480,6 +525,8 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
         `waived`: timed without pruning, for that reason (recorded in its extra). None after a CUDA fault (the
         worker must exit)."""
         kernel, _op, man, why = kernels[n]
+        if n in skip_names:                 # dropped after faults on other problems (a queue item says so)
+            kernel, why = None, "skipped: faulted on earlier problems"
         m = Measurement("kernel", n, "emitter", op, problem, OK, None, gpu, man, split_k=split, options=opts)
         if kernel is None:
             m.status, m.reason = FAILED, why
@@ -537,8 +584,13 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
     # scheduler `top`: the first pass times every kernel at its compiled-in choices, the second the other
     # variants on the `top` fastest of each (op, problem)
     top = config.scheduler_top if len(config.scheduler) > 1 else 0
-    for pd in job["problems"]:
-        problem = problem_from_json(pd)
+
+    def kernel_of(n: str) -> Any:
+        """The loaded kernel n, None when it did not load or was dropped after faults (skip_names)."""
+        return None if n in skip_names else kernels[n][0]
+
+    def run_problem(problem: Any) -> bool:
+        """Every op of the problem: operands, baselines, kernels. False after a CUDA fault (the worker must exit)."""
         for op_key, (op, names) in ops.items():
             if getattr(op, "FAMILY", None) != getattr(problem, "FAMILY", None):
                 continue          # a problem of another family: not this op's
@@ -550,7 +602,7 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
             for k_name, k_split, k_med in known.get((op_key, problem.key), []):
                 if k_med < ranked.get(k_name, (float("inf"), 0))[0]:
                     ranked[k_name] = (k_med, k_split)
-            if not todo and (not top or not any(_second_pass(kernels[n][0], n, problem, config, skip_variants)
+            if not todo and (not top or not any(_second_pass(kernel_of(n), n, problem, config, skip_variants)
                                                 for n in _top(ranked, top))):
                 continue
             try:
@@ -563,11 +615,11 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
                         "kernel", n, "emitter", op, problem, FAILED if not fatal else FAULT,
                         f"operands could not be prepared: {_short(e)}", gpu, man).to_json()})
                 if fatal:
-                    return EXIT_FAULT
+                    return False
                 continue
             best_ms: float | None = best_known.get((op_key, problem.key))   # for timing.prune
             try:
-                if ("baseline", op_key, problem.key) not in {tuple(s) for s in job.get("skip_baselines", [])}:
+                if ("baseline", op_key, problem.key) not in skip_baselines:
                     for bname in _baselines_of(op, config.baselines):
                         log.write({"type": "start", "kind": "baseline", "name": bname, "problem": problem.key, "op": op_key})
                         try:
@@ -578,7 +630,7 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
                                              _short(e), gpu)
                             log.write({"type": "result", "measurement": bm.to_json()})
                             if fatal:
-                                return EXIT_FAULT
+                                return False
                             continue
                         log.write({"type": "result", "measurement": bm.to_json()})
                         if bm.ok:
@@ -586,7 +638,7 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
                             _say(gpu, f"{problem.key:>22} {op_key:<28} {bname:<12} {bm.stats.median_ms * 1e3:10.1f} us")
                 runs = []
                 for n in todo:
-                    kernel = kernels[n][0]
+                    kernel = kernel_of(n)
                     # run-time scheduler options (config `scheduler`): those the kernel has, beside none; with
                     # `top`, the first pass takes the compiled-in choices only
                     # (not twice the same launch: a swizzle the grid caps, a raster = heuristic)
@@ -596,27 +648,37 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
                 for n, split, opts in runs:
                     m = measure(n, split, opts, problem, op, op_key, data, best_ms)
                     if m is None:
-                        return EXIT_FAULT
+                        return False
                     if m.ok:
                         best_ms = min(best_ms, m.stats.median_ms) if best_ms else m.stats.median_ms
                         if opts == 0 and m.stats.median_ms < ranked.get(n, (float("inf"), 0))[0]:
                             ranked[n] = (m.stats.median_ms, split)
                 if top:   # the second pass: every other variant, on the `top` fastest kernels at their best split
                     for n in _top(ranked, top):
-                        for opts in _second_pass(kernels[n][0], n, problem, config, skip_variants):
+                        for opts in _second_pass(kernel_of(n), n, problem, config, skip_variants):
                             m = measure(n, ranked[n][1], opts, problem, op, op_key, data, best_ms)
                             if m is None:
-                                return EXIT_FAULT
+                                return False
                             if m.ok:
                                 best_ms = min(best_ms, m.stats.median_ms) if best_ms else m.stats.median_ms
                 if not timed_ok(op_key, problem.key) and not rescue(problem, op, op_key, data):
-                    return EXIT_FAULT
+                    return False
             finally:
                 flush_pruned()
                 try:
                     engine.release(data)
                 except Exception:
                     pass
+        return True
+
+    for item in _items(job, items):
+        learn(item)
+        problem = problem_from_json(item["problem"])
+        log.write({"type": "problem", "problem": problem.key})
+        t0 = time.monotonic()
+        if not run_problem(problem):
+            return EXIT_FAULT
+        log.write({"type": "problem_done", "problem": problem.key, "wall_s": round(time.monotonic() - t0, 4)})
     log.write({"type": "done"})
     log.close()
     return 0
