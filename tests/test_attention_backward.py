@@ -102,7 +102,7 @@ def test_mixed_ops_refuse_op_specific_keys_with_the_fix():
     (dict(head_dim=256, head_dim_v=128), "backward-head-dim-v"),
     (dict(tile_q=32), "backward-tile-q"),
     (dict(tile_kv=256), "backward-tile-kv"),
-    (dict(arch=Arch.sm90a), "backward-arch-not-available"),
+    (dict(arch=Arch.sm90a), "sm90a-backward-dtype"),       # bf16: upstream's sm90a backward is f16 only
 ])
 def test_rejections_name_the_rule(change, rule):
     inst = AttentionBackwardInstance(Arch.sm80, DType.bf16, 128, 128, 128, 128).replace(**change)
@@ -321,7 +321,9 @@ def test_every_backward_point_resolves_and_renders_or_is_rejected_with_a_rule():
         name = fam.instance_name(r)
         assert name.startswith("attn_bwd_") and name == name.lower()
         text = fam.render_instance(r, name, banner("spec.yaml", "0" * 64))
-        assert f"emitter_{name}_kernel" in text and str(backward_sm80.smem_bytes(r)) in text
+        assert f"emitter_{name}_kernel" in text
+        if r.arch is Arch.sm80:
+            assert str(backward_sm80.smem_bytes(r)) in text
 
     prop()
 

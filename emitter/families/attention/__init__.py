@@ -36,7 +36,7 @@ from emitter.families.attention import backward_model as _bwd  # noqa: E402
 from emitter.families.attention.naming import instance_name as _forward_name  # noqa: E402
 from emitter.families.attention.spec import expand_entry  # noqa: E402
 
-_BACKWARD_MODULE = {Arch.sm80: "backward_sm80"}   # op: backward, by arch (emitter/families/attention/backward_*.py)
+_BACKWARD_MODULE = {Arch.sm80: "backward_sm80", Arch.sm90a: "backward_sm90a"}   # op: backward, by arch (backward_*.py)
 
 
 def instance_name(inst) -> str:

@@ -1,0 +1,226 @@
+"""sm90a attention backward (CUTLASS examples/88's Hopper FMHA backward as one launch) without a GPU: the spec's
+rules (each rejection names its rule, before nvcc), configs/attention/sm90a_backward.yaml emitted and rendered
+level by level with upstream's headers included from the CUTLASS tree, the fake backend on every instance's
+default problems, and (nvcc marker) one real sm90a backward instance compiled through the project's build with
+its host shim's can-implement, launch shape and workspace answered through ctypes."""
+
+import json
+import textwrap
+
+import pytest
+
+from emitter.dtypes import DType
+from emitter.emit import emit, spec_entries
+from emitter.families import attention as fam
+from emitter.families.attention import backward_sm90a, runtime as rt
+from emitter.families.attention.backward_model import AttentionBackwardInstance
+from emitter.families.attention.model import Arch, Layout, Mask, Rejection
+from emitter.families.attention.problem import make_problem
+from emitter.resources import configs_root
+from emitter.spec.loader import parse_text
+
+CONFIG = configs_root() / "attention" / "sm90a_backward.yaml"
+OK = AttentionBackwardInstance(Arch.sm90a, DType.f16, 128, 128, 64, 128, deterministic=False)
+
+
+def expand(text: str):
+    doc = parse_text(textwrap.dedent(text), "spec.yaml")
+    out = []
+    for path, entry, kp in spec_entries(doc):
+        out += [c for c, _ in fam.expand_entry(doc, path, entry, kp)]
+    return out
+
+
+def test_accepted_instance_and_name():
+    (c,) = expand("""\
+        kernels:
+          - family: attention
+            op: backward
+            arch: sm90a
+            dtype: f16
+            head_dim: 128
+            tile: 64x128
+            mask: causal_bottom_right
+            deterministic: false
+        """)
+    r = fam.resolve(c)
+    assert r == OK.replace(mask=Mask.causal_bottom_right)
+    assert fam.instance_name(r) == "attn_bwd_sm90a_f16_d128_64x128_causalbr_bshd"
+
+
+@pytest.mark.parametrize("change, rule, words", [
+    (dict(deterministic=True), "sm90a-backward-deterministic", "deterministic: false"),
+    (dict(dtype=DType.bf16), "sm90a-backward-dtype", "bfloat16_t"),
+    (dict(head_dim=256, head_dim_v=256), "sm90a-backward-head-dim", "32, 64, 128"),
+    (dict(head_dim_v=64), "backward-head-dim-v", "head_dim_v=64"),
+    (dict(tile_kv=64), "sm90a-backward-tile-kv", "64x128"),
+    (dict(tile_q=128), "sm90a-backward-tile-q", "shared memory"),          # d128 at BlockQ 128
+    (dict(head_dim=64, head_dim_v=64, tile_q=256), "sm90a-backward-tile-q", "64 or 128"),
+    (dict(gqa=True), "sm90a-backward-gqa", "arch sm80"),
+    (dict(varlen=True), "sm90a-backward-varlen", "arch sm80"),
+])
+def test_rejections_name_the_rule_and_the_fix(change, rule, words):
+    r = fam.resolve(OK.replace(**change))
+    assert isinstance(r, Rejection) and r.rule == rule and words in r.reason, r
+
+
+def test_default_deterministic_is_rejected_in_the_emit_report(tmp_path):
+    spec = tmp_path / "s.yaml"
+    spec.write_text(textwrap.dedent("""\
+        kernels:
+          - family: attention
+            op: backward
+            arch: sm90a
+            dtype: f16
+            head_dim: 64
+            tile: 64x128
+        """))
+    emit([str(spec)], tmp_path / "out")
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert not manifest["instances"]
+    (rej,) = manifest["rejected"]
+    assert "sm90a-backward-deterministic" in json.dumps(rej)
+
+
+def test_every_accepted_combination_renders():
+    from emitter.render import banner
+
+    n = 0
+    for d in backward_sm90a.HEAD_DIMS:
+        for tq in backward_sm90a.TILE_Q[d]:
+            for mask in Mask:
+                for layout in Layout:
+                    inst = AttentionBackwardInstance(Arch.sm90a, DType.f16, d, d, tq, 128, mask, layout,
+                                                     deterministic=False)
+                    r = fam.resolve(inst)
+                    assert r == inst
+                    name = fam.instance_name(r)
+                    text = fam.render_instance(r, name, banner("spec.yaml", "0" * 64))
+                    assert f"emitter_{name}_kernel" in text
+                    n += 1
+    assert n == 5 * 3 * 2
+
+
+@pytest.fixture(scope="module")
+def emitted(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bwd90")
+    emit([str(CONFIG)], out)
+    return out, json.loads((out / "manifest.json").read_text())
+
+
+def test_config_emits_and_renders_each_level(emitted):
+    out, manifest = emitted
+    names = [e["name"] for e in manifest["instances"]]
+    assert len(names) == 8 and not manifest["rejected"] and all(n.startswith("attn_bwd_sm90a_f16_") for n in names)
+    assert {e["config"]["mask"] for e in manifest["instances"]} == {"none", "causal_top_left", "causal_bottom_right"}
+    for name in names:
+        text = (out / f"{name}.cu").read_text()
+        for level in backward_sm90a.LEVELS:
+            assert f": {level} --" in text, (name, level)
+        # upstream's collective, epilogue and kernel, included from the CUTLASS tree (never copied)
+        for header in ("collective/fmha_collective_bwd_tma_warpspecialized.hpp", "collective/fmha_epilogue_bwd.hpp",
+                       "kernel/fmha_kernel_tma_warpspecialized.hpp"):
+            assert f'#include "../examples/88_hopper_fmha/{header}"' in text
+        assert "FmhaBwdMainloopTmaWarpSpecialized<Element, ElementAccumulator, TileShape, Fusion>" in text
+        assert "struct FmhaBwdMainloopTmaWarpSpecialized" not in text
+        cfg = rt.config_from_entry(next(e for e in manifest["instances"] if e["name"] == name))
+        fusion = "CausalBwdFusion" if cfg.causal else "FusionBwdAdapter<cutlass::fmha::collective::ResidualFusion>"
+        assert f"using Fusion = {fusion if cfg.causal else 'cutlass::fmha::collective::' + fusion};" in text
+        assert f"static constexpr bool kBottomRight = {'true' if cfg.mask is Mask.causal_bottom_right else 'false'};" in text
+        assert f"static constexpr int kBlockQ = {cfg.tile_q};" in text
+        # the run-time scale replaces upstream's fixed 1/sqrt(d); the phases' waits and the ticket
+        assert "P.main.mainloop.scale_softmax = s.scale;" in text
+        assert "atomicAdd(params.counters, 1)" in text and "cp.async.bulk.wait_group 0;" in text
+
+
+def _case(root, entry, p, data="normal", faults=(), seed=3):
+    from emitter.runtime.fake_backend import FakeBackend
+
+    be = FakeBackend(faults=list(faults))
+    k = be.load(root, entry)
+    inp = rt.make_inputs(k.config, p, data, seed)
+    res = be.run(k, p, inp)
+    return rt.compare(k.config, p, inp, res.outputs, rt.reference(k.config, p, inp))
+
+
+def test_fake_backend_on_default_problems_and_planted_faults(emitted):
+    out, manifest = emitted
+    seen = set()
+    for entry in manifest["instances"]:
+        cfg = rt.config_from_entry(entry)
+        for i, (p, data) in enumerate(rt.default_problems(cfg, quick=True)):
+            assert not rt.not_supported_reasons(cfg, p)
+            v = _case(out, entry, p, data, seed=i)
+            assert v["status"] == "PASSED", (entry["name"], p.label(), data, v["reason"])
+            seen.add((cfg.mask.value, p.seq_q % 8 != 0, p.seq_q > p.seq_k, p.seq_q < p.seq_k))
+    for mask in ("causal_top_left", "causal_bottom_right"):
+        assert (mask, True, True, False) in seen or (mask, False, True, False) in seen
+        assert any(s[0] == mask and s[3] for s in seen)
+    assert any(s[1] for s in seen)                   # a seq_q upstream's can_implement (seq_q % 8) refuses
+    entry = next(e for e in manifest["instances"] if e["name"] == "attn_bwd_sm90a_f16_d64_64x128_causaltl_bshd")
+    p = make_problem(batch=1, heads_q=4, heads_kv=4, seq_q=77, seq_k=78, head_dim=64, scale=0.3)
+    assert _case(out, entry, p)["status"] == "PASSED"
+    v = _case(out, entry, p, faults=[{"kind": "bwd_no_scale_ds"}])
+    assert v["failed_tensors"] == ["dq", "dk"], v["reason"]
+    v = _case(out, entry, p, faults=[{"kind": "bwd_mask_off_by_one"}])
+    assert v["status"] == "FAILED" and v["failed_full_rows"] == 0 and v["unseen_key_rows"] > 0, v["reason"]
+    long = make_problem(batch=1, heads_q=4, heads_kv=4, seq_q=200, seq_k=201, head_dim=64)
+    v = _case(out, entry, long, faults=[{"kind": "bwd_drop_dq_partial"}])
+    assert v["failed_tensors"] == ["dq"], v["reason"]
+
+
+@pytest.mark.nvcc
+def test_one_sm90a_backward_instance_compiles(emitted):
+    """A real sm90a backward instance through the project's build (cubin and host shim; about 1.5 min on 2
+    cores): the shared-memory budget and thread count are static_asserts in it, and its host shim answers."""
+    import dataclasses
+
+    from emitter.build import BuildOptions, build
+    from emitter.kit.shim import HostShim
+    from emitter.manifest import load, write
+
+    out, _ = emitted
+    data = load(out)
+    name = "attn_bwd_sm90a_f16_d64_64x128_causalbr_bhsd"
+    data["instances"] = [e for e in data["instances"] if e["name"] == name]
+    write(out, data)
+    summary = build(out, options=BuildOptions())
+    (r,) = summary.results
+    assert r.status in ("ok", "cached"), r.error
+
+    entry = data["instances"][0]
+    cfg = rt.config_from_entry(entry)
+    shim = HostShim(out / "build" / name / f"lib{name}.so", name)
+    ok = make_problem(batch=2, heads_q=8, heads_kv=8, seq_q=130, seq_k=300, head_dim=64, layout="bhsd")
+    status, launch = shim.query(rt.c_problem(cfg, ok, {}))
+    assert status == 0
+    # one grid of tickets: preprocessing (128 rows of seq_q rounded to 8), key blocks of 128, conversion (64 rows)
+    bh = 2 * 8
+    assert tuple(launch.grid) == (bh * (-(-136 // 128) + -(-300 // 128) + -(-130 // 64)), 1, 1)
+    assert tuple(launch.block) == (backward_sm90a.THREADS, 1, 1) and tuple(launch.cluster) == (1, 1, 1)
+    assert 100_000 < launch.shared_bytes <= backward_sm90a.SMEM_CAPACITY
+    assert launch.params_align in (64, 128)
+    # counters, the LSE and rowsum rows (seq_q rounded to 8), the f32 dQ accumulator
+    assert launch.workspace_bytes >= bh * 136 * 4 * 2 + bh * 136 * 64 * 4
+
+    def status_of(p, **fields):
+        c = rt.c_problem(cfg, p, {})
+        for k, v in fields.items():
+            if isinstance(v, tuple):
+                arr = getattr(c, k)
+                for i, x in enumerate(v):
+                    arr[i] = x
+            else:
+                setattr(c, k, v)
+        return shim.query(c)[0]
+
+    assert status_of(ok, head_dim=128) == 1                       # compiled for d64
+    assert status_of(dataclasses.replace(ok, heads_kv=2)) == 1    # GQA: upstream has none
+    assert status_of(ok, heads_kv=3) == 2                         # 3 does not divide 8: invalid
+    assert status_of(ok, stride_q=(0, 68, 0)) == 1                # a stride off TMA's 16 bytes
+    assert status_of(ok, stride_q=(0, 0, 2 ** 31)) == 1           # upstream's strides are int
+    assert status_of(ok, flags=1) == 1
+    assert status_of(ok, scale=-1.0) == 2
+    assert status_of(dataclasses.replace(ok, seq_q=77)) == 0      # any seq_q (upstream's can_implement wants % 8)
+    varlen = make_problem(heads_q=8, heads_kv=8, seqlens_q=(5, 70), seqlens_k=(9, 1), head_dim=64, layout="bhsd")
+    assert status_of(varlen) == 1                                 # no variable lengths
