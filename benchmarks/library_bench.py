@@ -26,10 +26,14 @@ tuning shapes and evaluation shapes; no evaluation shape is a tuning shape):
                     table of every family's newest record per GPU (docs/library_performance.md) and plots.
   (default: all three, in order; --out persists between calls, so each stage can be its own 10-minute command)
 
-On the GPU machine, from the repository root (about 4 + 4 + 3 minutes for the three families on 16 cores):
+On the GPU machine, from the repository root, with one --out for every call (16 cores; estimates: the build is two
+nvcc passes over the selected kernels, emitter's and CMake's, 4-7 minutes a family; the profile 1-4 minutes a
+family; the measurement 2-3 minutes for all three):
 
-    python3 benchmarks/library_bench.py --out generated/libbench -j 16 --stage build
-    python3 benchmarks/library_bench.py --out generated/libbench --stage profile
+    python3 benchmarks/library_bench.py --out generated/libbench -j 16 --stage build --family gemm
+    python3 benchmarks/library_bench.py --out generated/libbench -j 16 --stage build --family attention
+    python3 benchmarks/library_bench.py --out generated/libbench -j 16 --stage build --family conv
+    python3 benchmarks/library_bench.py --out generated/libbench -j 16 --stage profile
     python3 benchmarks/library_bench.py --out generated/libbench --stage measure --doc docs/library_performance.md
 
 Without a GPU: `--backend fake` (or --dry-run) runs emit, the fake profiler and the export (no nvcc, no CMake, no
