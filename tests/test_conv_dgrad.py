@@ -104,6 +104,10 @@ def test_dgrad_defaults_to_unity_and_unity_refuses_stride():
     for q in (replace(p, dilation=(1, 2, 2)), replace(p, stride=(1, 1, 1), dilation=(1, 1, 2))):
         assert any("dilation" in r for r in not_supported_reasons(strided, q)), q.label()
     assert not_supported_reasons(unity, replace(p, stride=(1, 1, 1), dilation=(1, 2, 2))) == []
+    # the optimized dgrad iterators' filter limit (CUTLASS: R, S <= 32), the analytic ones have none
+    big = replace(p, r=33, s=3, pad_front=(0, 16, 1), pad_back=(0, 16, 1), h=40)
+    assert any("up to 32" in r for r in not_supported_reasons(strided, big))
+    assert not_supported_reasons(cfg_of(SM80 + "stride_support: strided\niterator: analytic\n"), big) == []
 
 
 def test_strided_dgrad_default_problems_cover_the_phases():

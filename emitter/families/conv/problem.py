@@ -241,6 +241,9 @@ def not_supported_reasons(cfg: Mapping[str, Any], p: ConvProblem) -> list[str]:
     else:
         if it == "fixed_channels" and p.c != al_a:
             reasons.append(f"iterator fixed_channels needs C == alignment a = {al_a} (C = {p.c})")
+        if op == "dgrad" and it == "optimized" and dims == 2 and max(p.r, p.s) > 32:
+            reasons.append(f"filter {p.r}x{p.s}: the optimized 2.x dgrad iterators take R and S up to 32 (use iterator: "
+                           f"analytic)")
         if op == "dgrad" and cfg.get("stride_support") == "strided" and max(p.dilation[1:]) > 1:
             # CUTLASS's can_implement refuses it for every strided-dgrad kernel, whatever the problem's stride
             reasons.append("dilation > 1: CUTLASS 2.x strided dgrad kernels do not run dilated filters (a "
