@@ -1,6 +1,6 @@
 """The exported library's convolution on a GPU (issue 28 must-have 5): a library of one GEMM kernel per arch (the
-library needs them), sm80 f16 fprop / dgrad / wgrad and sm90a f16 fprop / dgrad kernels (dgrad is unit-stride
-only in emitter: CUTLASS's strided-dgrad kernels are not built)
+library needs them), sm80 f16 fprop / dgrad / wgrad and sm90a f16 fprop / dgrad kernels (unit-stride dgrad only
+here, so stride-2 dgrad is a clear refusal; tests/test_conv_dgrad_gpu.py exports a strided dgrad kernel)
 (emit -> export -> CMake, about 2-3 minutes on 16 cores), then conv2d / conv2d_input_grad / conv2d_weight_grad
 on channels_last torch tensors against torch (odd H/W, stride 2, padding, dilation, asymmetric padding), every
 kernel forced by name once, refusals (C = 3 with stream=, bias without a bias kernel) as clear errors, torch.compile
@@ -135,7 +135,7 @@ def test_conv2d_and_grads_against_torch(lib):
         want_dx = torch.nn.grad.conv2d_input(x.shape, wt.double(), gy.double(), **tgeo)
         if stride == 1:
             _check(lib.conv2d_input_grad(gy, wt, tuple(x.shape), **geo), want_dx, f"conv2d_input_grad {what}")
-        else:                         # no strided dgrad kernel in emitter (unit-stride dgrad only): a clear refusal
+        else:                         # no strided dgrad kernel in this library (unit-stride dgrad only): a clear refusal
             with pytest.raises(lib.Error) as e:
                 lib.conv2d_input_grad(gy, wt, tuple(x.shape), **geo)
             assert e.value.status == 1 and "can implement" in str(e.value)
