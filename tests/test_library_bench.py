@@ -277,6 +277,47 @@ def test_measure_case_retimes_the_oracle_best_in_a_fresh_alternation():
     assert bad["check"] == "MISMATCH"
 
 
+def test_the_oracle_best_is_checked_and_a_wrong_one_has_no_oracle_figure():
+    torch = pytest.importorskip("torch")
+
+    class Fam(_StubFamily):
+        def __init__(self, wrong: bool) -> None:
+            super().__init__(1e-3)
+            self.torch, self.wrong = torch, wrong
+            self.out0, self.want = torch.empty(4, 4), torch.arange(16.0).reshape(4, 4)
+
+        def setup(self, c):
+            s = super().setup(c)
+
+            def kB(i):      # the oracle's best writes the set-0 output (after it was poisoned with NaN)
+                self.out0.copy_(self.want + (5.0 if self.wrong else 0.0))
+            s["oracle"]["kB"] = kB
+            s.update(out0=self.out0, ref=lambda: self.want)
+            return s
+
+    times = ({"library": 1.0, "library_c": 1.0, "cudnn": 1.2, "k:kA": 1.0, "k:kB": 0.9, "k:kC": 1.5},
+             {"library": 1.0, "library_c": 1.0, "cudnn": 1.2, "k:kB": 0.95})
+    good = lb.measure_case(_StubTimer(*times), Fam(False), {"case": "x", "dtype": "bf16"})
+    wrong = lb.measure_case(_StubTimer(*times), Fam(True), {"case": "y", "dtype": "bf16"})
+    assert good["oracle_check"] == "ok" and wrong["oracle_check"] == "MISMATCH"
+    rows = []
+    for r in (good, wrong):
+        r["ratios"] = lb.ratios(r)
+        rows.append(r)
+    s = lb.summarize(rows)
+    assert s["oracle_mismatches"] == 1 and s["lib_vs_oracle_geomean"] == pytest.approx(0.95)
+    md = lb.family_section({"family": "attention", "gpu": "G", "date": "2026-11-27T00:00:00", "rows": rows,
+                            "summary": s})
+    assert "ok (oracle MISMATCH)" in md and "(1 cases whose oracle kernel mismatched left out)" in md
+
+
+def test_a_refused_c_call_is_an_error_not_a_fast_kernel():
+    call = lb.checked(lambda i: 1, "gemm k")
+    with pytest.raises(lb.BenchError, match="status 1"):
+        call(0)
+    assert lb.checked(lambda i: 0, "gemm k")(0) is None
+
+
 @pytest.mark.gpu
 @pytest.mark.nvcc
 def test_library_bench_gemm_end_to_end_on_the_gpu(tmp_path):
