@@ -176,7 +176,7 @@ def run(cmd: list[str], what: str, check: bool = True) -> subprocess.CompletedPr
     t0 = time.perf_counter()
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     log(f"{what}: rc={p.returncode} in {time.perf_counter() - t0:.1f} s")
-    for line in (p.stdout + p.stderr).strip().splitlines()[-6:]:
+    for line in (p.stdout + p.stderr).strip().splitlines()[-(6 if p.returncode == 0 else 30):]:
         print(f"    {line}", flush=True)
     if check and p.returncode != 0:
         raise BenchError(f"{what} failed (exit {p.returncode}): {' '.join(cmd)}")
@@ -212,9 +212,10 @@ def stage_build(family: str, cfg: dict[str, Any], work: Path, jobs: int, fake: b
     py = sys.executable
     run([py, "-m", "emitter", "emit", *cfg["specs"], "-o", str(work / "kernels"), "-q"], f"{family}: emit")
     if not fake:
+        # a kernel whose build fails is a result, not the end of the run: the export leaves it out and says so
         run([py, "-m", "emitter", "build", str(work / "kernels"), "-j", str(jobs), "--no-progress",
              *_patterns("--select", cfg, "select"), *_patterns("--exclude", cfg, "exclude")],
-            f"{family}: emitter build -j {jobs}")
+            f"{family}: emitter build -j {jobs}", check=False)
     export(family, cfg, work, None, fake)
     if not fake:
         cmake_build(family, work, jobs)
@@ -242,7 +243,13 @@ def stage_profile(family: str, cfg: dict[str, Any], work: Path, jobs: int, fake:
     path = work / "profile.yaml"
     path.write_text(yaml.safe_dump(profile_config(cfg, work), sort_keys=False), encoding="utf-8")
     cmd = [sys.executable, "-m", "emitter", "profile", str(path), "-o", str(work / "profile"), "--no-plots"]
-    run(cmd + (["--backend", "fake"] if fake else []), f"{family}: emitter profile ({len(cfg['tune'])} shapes)")
+    tuning = work / "profile" / "tuning.json"
+    tuning.unlink(missing_ok=True)
+    # a kernel that fails its check or faults is a result of the profile (not timed); no tuning table is the error
+    run(cmd + (["--backend", "fake"] if fake else []), f"{family}: emitter profile ({len(cfg['tune'])} shapes)",
+        check=False)
+    if not tuning.is_file():
+        raise BenchError(f"{family}: emitter profile wrote no {tuning} (its output above says why)")
     export(family, cfg, work, work / "profile" / "tuning.json", fake)
     if not fake:
         cmake_build(family, work, jobs)
