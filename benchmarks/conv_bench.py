@@ -24,6 +24,9 @@ On the GPU machine (H100 / H200), from the repository root:
    write conv.json + conv.md under --out (and --doc); a row names its kernel, the slice count it won with
    (`split_k`, which `emitter library --tuning conv.json` dispatches) and every candidate's TFLOP/s.
 
+--layers picks rows of LAYERS (default 0..7, the published table; 8..13 are ResNet-50's stride-2 layers), --spec
+another candidate set (configs/conv/sm90a_dgrad_bench.yaml: the 1x1 dgrad GEMMs and sm80 strided dgrad).
+
 TFLOP/s = 2 * N * K * P * Q * C * R * S / t (the issue's convention; the first layer counts C = 3 although the
 sm80 fixed-channels kernel reads its input padded to C = 4).
 """
