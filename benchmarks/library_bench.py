@@ -640,7 +640,14 @@ def measure_case(timer, fam: Family, c: dict[str, Any]) -> dict[str, Any]:
         row["ms"] = t
         row["tflops"] = {k: s["flops"] / (v * 1e-3) / 1e12 for k, v in t.items()}
         return row
-    oracle = {f"k:{k}": fn for k, fn in s["oracle"].items()}
+    oracle = {}
+    for k, fn in s["oracle"].items():
+        try:        # a forced kernel the C API refuses at launch (can_implement) is no candidate: dropped, said
+            fn(0)
+            oracle[f"k:{k}"] = fn
+        except BenchError as e:
+            log(f"    oracle: {e}")
+    row["oracle_refused"] = len(s["oracle"]) - len(oracle)
     search = timer.time({**fns, **oracle})
     best = min(oracle, key=lambda k: search[k]) if oracle else None
     # the best of many samples is biased low: the reported figures come from a fresh alternation
