@@ -107,10 +107,11 @@ bench-conv:              # on the GPU machine: emit, build (-j 16), verify and t
 # bench-library: the exported library as users get it, per family (configs/bench/library_<family>.yaml): emit the
 # starter specs, emitter build + profile on a tuning set, export with that tuning + CMake, then the library's torch
 # functions vs the vendor and vs every exported kernel forced by name (the oracle) on other shapes. Each stage is
-# restartable (--stage build | profile | measure, same --out); FAMILY=gemm limits it to one family.
+# restartable: STAGE=build|profile|measure runs one stage (the work dir generated/libbench is kept between calls),
+# FAMILY=gemm|attention|conv one family; a full build of the three takes longer than one 10-minute device call.
 bench-library:           # on the GPU machine: docs/library_performance.md and docs/perf/library/<family>-<date>-<gpu>.json
-	python3 benchmarks/library_bench.py --out $${OUT:-results}/libbench -j 16 $(if $(FAMILY),--family $(FAMILY)) \
-	  --doc docs/library_performance.md
+	python3 benchmarks/library_bench.py --out generated/libbench -j 16 $(if $(FAMILY),--family $(FAMILY)) \
+	  $(if $(STAGE),--stage $(STAGE)) --doc docs/library_performance.md
 
 perf-doc: install        # no GPU: docs/performance.md from the run records in docs/perf/runs (oldest first), then RUN=<run dir> if given
 	$(BIN)/python benchmarks/profile_sm90a.py $(foreach r,$(sort $(filter-out %.tuning.json,$(wildcard docs/perf/runs/*.json))) $(RUN),--report-only $(r)) --doc docs/performance.md
