@@ -341,3 +341,17 @@ def test_library_bench_gemm_end_to_end_on_the_gpu(tmp_path):
     assert 0.5 < row["ratios"]["lib_vs_oracle"] < 1.5 and row["ratios"]["vs_cublas"] > 0.3
     assert rec["host"]["library_us"] > 0 and rec["host"]["vendor_us"] > 0
     assert list(records.glob("gemm-*.json")) and "## gemm (" in doc.read_text()
+
+
+def test_the_timing_and_loading_helpers_it_imports_are_there():
+    """measure() imports conv_bench's Timer (equal warm-up, alternation, medians) and loader_overhead's loader and
+    host-time loop rather than copying them; a rename there must fail here, not first on the GPU machine."""
+    import inspect
+
+    from conv_bench import Timer
+    from loader_overhead import best, load_loader
+
+    assert list(inspect.signature(Timer).parameters) == ["torch", "reps", "min_ms", "warmup"]
+    assert list(inspect.signature(Timer.time).parameters) == ["self", "fns"]
+    assert list(inspect.signature(best).parameters)[:3] == ["torch", "fn", "n"]
+    assert list(inspect.signature(load_loader).parameters) == ["tree"]
