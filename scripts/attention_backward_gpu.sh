@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Attention backward (sm80 kernel, on the H100 / H200 machine) in one command, from the project root:
-#   scripts/attention_backward_gpu.sh [build|verify|rest|library|sm90a|all]   (default all; logs under $OUT or ./attn-bwd-out)
+#   scripts/attention_backward_gpu.sh [build|verify|rest|library|sm90a|sm90a-library|all]   (default all; logs under $OUT or ./attn-bwd-out)
 # build: emits configs/attention/sm80_backward.yaml plus the planted-bug variants and builds them (-j 16, sm_90 SASS
 #        beside the PTX); verify: every backward instance on its default problems (dQ, dK, dV against autograd through
 #        the float64 forward); rest: planted bugs, bit-for-bit repeat, the speed table against SDPA's cuDNN and flash
@@ -9,7 +9,9 @@
 #        step (tests/test_attention_backward_library_gpu.py); sm90a: the Hopper backward (examples/88 as one launch:
 #        configs/attention/sm90a_backward.yaml built -j 16, verify, planted bugs, repeated launches, the f16 speed
 #        table against SDPA's cuDNN and flash backward; tests/test_attention_backward_sm90a_gpu.py, its build in
-#        generated/attn_bwd90_gpu). Each stage stays under 10 minutes; the
+#        generated/attn_bwd90_gpu); sm90a-library: an exported library with sm80 and sm90a backward kernels, the
+#        sm90a one forced and by dispatch, loss.backward(), a CUDA graph (tests/test_attention_backward_sm90a_library_gpu.py).
+#        Each stage stays under 10 minutes; the
 #        build is kept in generated/attn_bwd_gpu between stages (EMITTER_ATTN_BWD_DIR overrides).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -27,12 +29,14 @@ case "$STAGE" in
   rest)   SEL="not builds and not default_problems" ;;
   library) SEL="" ;;
   sm90a)  SEL="" ;;
+  sm90a-library) SEL="" ;;
   all)    SEL="" ;;
-  *) echo "usage: $0 [build|verify|rest|library|sm90a|all]"; exit 2 ;;
+  *) echo "usage: $0 [build|verify|rest|library|sm90a|sm90a-library|all]"; exit 2 ;;
 esac
 TESTS=tests/test_attention_backward_gpu.py
 [ "$STAGE" = library ] && TESTS=tests/test_attention_backward_library_gpu.py
 [ "$STAGE" = sm90a ] && TESTS=tests/test_attention_backward_sm90a_gpu.py
+[ "$STAGE" = sm90a-library ] && TESTS=tests/test_attention_backward_sm90a_library_gpu.py
 export EMITTER_ATTN_BWD90_DIR="${EMITTER_ATTN_BWD90_DIR:-$PWD/generated/attn_bwd90_gpu}"
 [ "$STAGE" = all ] && TESTS="tests/test_attention_backward_gpu.py tests/test_attention_backward_library_gpu.py"
 t0=$(date +%s)

@@ -77,6 +77,7 @@ if [ "$GROUP" = all ] || [ "$GROUP" = attention ]; then
   export EMITTER_ATTENTION_SM90A_BUILD="$WORK/att90"
   export EMITTER_ATTN_DIR="$WORK/att80"          # test_attention_gpu's fixture emits + builds here
   export EMITTER_ATTN_BWD_DIR="$WORK/attbwd"    # test_attention_backward_gpu's fixture emits + builds here
+  export EMITTER_ATTN_BWD90_DIR="$WORK/attbwd90"  # test_attention_backward_sm90a_gpu's fixture (sm90a backward)
   run_group attention
 fi
 
