@@ -22,15 +22,10 @@ ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "emitter"
 
 # family names in the stages' code (AST names, attributes, imports, string constants; docstrings aside) and in
-# templates/library/: CMake still builds GEMM's kernels as the ones the API references strongly (the other families'
-# translation units beside them), the status enum's comment names GEMM's workspace query, the loader's __all__ and
-# OperandError's default function name GEMM's (the exported text stays byte-identical); and two CLI help texts
-# spell each family's --problem syntax
+# templates/library/ (each family's library text is its own, templates/<f>/library/): two CLI help texts spell each
+# family's --problem syntax
 KNOWN_FAMILY_NAMES = {
     "emitter/verify/cli.py": 2,
-    "templates/library/CMakeLists.txt.j2": 10,
-    "templates/library/header.h.j2": 1,
-    "templates/library/loader.py.j2": 2,
 }
 # family modules that import a stage: runners that drive the runtime's backends themselves
 KNOWN_UPWARD = {

@@ -225,6 +225,7 @@ def export_library(manifest_dirs: Sequence[str | Path], name: str, out: str | Pa
                 raise LibraryError(f"the {p.family} family's translation unit {src} is for {arch}, which none of its "
                                    f"kernels is (a bug in the family's library_pieces)")
     ctx.update(library_pieces.context(family_pieces))
+    ctx["base_family"] = base.family       # the family whose C API every library has (its kernels CMake links first)
     kernels = list(base.globals.get("kernels", ()))
     tuning_recs = list(base.globals.get("tuning", ()))
     notes = list(base.notes)
