@@ -1,10 +1,14 @@
-"""`emitter library`: export chosen instances + a tuning table as a self-contained CMake project.
+"""`emitter library`: export chosen instances + tuning tables as a self-contained CMake project.
+
+The shared files (templates/library/) hold what every family uses; each family's part (its C API, tables, launch
+units, loader functions) comes from its `library_pieces` hook (emitter.library.pieces), the default family's
+(GEMM: emitter/families/gemm/library.py) in every library. With GEMM's part:
 
     <out>/CMakeLists.txt                 project(<lib> LANGUAGES CXX CUDA), install(EXPORT), options
     <out>/cmake/<lib>Config.cmake.in     find_package(<lib>) after `cmake --install`
     <out>/include/<lib>/<lib>.h          the stable C API
     <out>/src/<lib>_api.cpp              validation, dispatch walk, launch, errors
-    <out>/src/<lib>_dispatch.h           generic selection code (host-only; mirrored in dispatch.py)
+    <out>/src/<lib>_dispatch.h           GEMM's selection code (host-only; mirrored in its library_dispatch.py)
     <out>/src/<lib>_table.cpp            generated dispatch DATA: kernel records + tuning records
     <out>/src/<lib>_kernels.{h,cpp}      per-kernel entry points (null for archs CMake leaves out)
     <out>/src/instances/<name>.cu        the emitted instance, byte for byte
