@@ -78,10 +78,11 @@ def _reachable(address: str | None, timeout_s: float = 10.0) -> None:
         raise RayUnavailable(f"cannot reach Ray at {address}: {e.strerror or e}\n  fix: {_FIX}") from None
 
 
-def connect(address: str | None = None) -> RaySession:
+def connect(address: str | None = None, num_gpus: int | None = None) -> RaySession:
     """Join Ray at `address` ("auto", "host:port", "ray://host:port"), or start a local instance when None.
 
-    $EMITTER_RAY_ADDRESS stands in for a missing address (and $RAY_ADDRESS is Ray's own)."""
+    $EMITTER_RAY_ADDRESS stands in for a missing address (and $RAY_ADDRESS is Ray's own). `num_gpus`: the GPUs a
+    local instance declares (the fake profile backend's GPUs are labels: a machine without GPUs can run them)."""
     ray = require_ray()
     if ray.is_initialized():
         return RaySession(ray, False, address)
@@ -91,7 +92,7 @@ def connect(address: str | None = None) -> RaySession:
                               "log_to_driver": False}
     try:
         if address is None:
-            ray.init(**kwargs)
+            ray.init(**kwargs, **({"num_gpus": num_gpus} if num_gpus is not None else {}))
         else:
             ray.init(address=address, **kwargs)
     except (ConnectionError, TimeoutError, RuntimeError, ValueError) as e:

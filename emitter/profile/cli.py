@@ -220,7 +220,7 @@ def profile_cmd(config: Path | None, out: Path | None, select: tuple[str, ...], 
     if executor == "ray":    # one Ray GPU actor per GPU, runner.run's shards and fault policy (profile/ray_runner.py)
         from emitter.profile.ray_runner import GpuPool
 
-        pool = GpuPool.connect(cfg, gpus, address)
+        pool = GpuPool.connect(cfg, gpus, address, fake=backend == "fake")
         console.print(pool.describe())
     gpu_list = pool.gpus if pool else resolve_gpus(cfg, gpus, backend)
     console.print(f"profiling {len(the_plan.instances)} kernels x {len(the_plan.problems)} problems on "
@@ -234,7 +234,7 @@ def profile_cmd(config: Path | None, out: Path | None, select: tuple[str, ...], 
         console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
     balance = shard_balance(the_plan.problems, len(gpu_list), est)
     console.print(balance or f"estimated work {est.total(the_plan.problems):.0f} s "
-                             f"({est.describe(the_plan.problems)})", highlight=False)
+                             f"({est.describe(the_plan.problems)})", highlight=False, soft_wrap=True)
     if pool:
         outcome = pool.run(cfg, the_plan, out_dir, gpu_list, backend=backend, stall_timeout_s=stall_timeout,
                            resume=resume, cost=est)
@@ -242,7 +242,7 @@ def profile_cmd(config: Path | None, out: Path | None, select: tuple[str, ...], 
         outcome = run(cfg, the_plan, out_dir, gpu_list, backend=backend, stall_timeout_s=stall_timeout,
                       resume=resume, cost=est)
     for e in outcome.events:
-        console.print(f"[yellow]{e}[/yellow]", highlight=False)
+        console.print(f"[yellow]{e}[/yellow]", highlight=False, soft_wrap=True)
     for f in outcome.fatal:
         console.print(f"[red]{f}[/red]")
     if not outcome.measurements:

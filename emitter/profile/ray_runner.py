@@ -251,12 +251,17 @@ class GpuPool:
         self.closed = False
 
     @classmethod
-    def connect(cls, config: ProfileConfig, override: str | None, address: str | None) -> "GpuPool":
-        session = connect(address)
+    def connect(cls, config: ProfileConfig, override: str | None, address: str | None,
+                fake: bool = False) -> "GpuPool":
+        """The pool for `gpus:` / --gpus on the cluster at `address`. `fake` (the fake backend, whose GPUs are
+        labels): a local Ray instance started here declares as many GPUs as asked for ("all": 1)."""
         spec: Any = config.gpus
         if override:
             spec = "all" if override == "all" else (tuple(int(x) for x in override.split(",")) if "," in override
                                                      else int(override))
+        local = address is None and not os.environ.get("EMITTER_RAY_ADDRESS")
+        want = 1 if spec == "all" else (len(spec) if isinstance(spec, tuple) else int(spec))
+        session = connect(address, num_gpus=want if fake and local else None)
         n = int(session.total("GPU")) if spec == "all" else (len(spec) if isinstance(spec, tuple) else int(spec))
         if n < 1:
             session.close()

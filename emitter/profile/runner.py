@@ -279,6 +279,7 @@ class _Slot:
         self.startup_s = 0.0
         self.taken: list[str] = []         # problem keys handed to it, in order
         self.stalled = False               # the runner killed its worker for want of progress
+        self.early_deaths = 0              # deaths in a row before the worker wrote its env record
         self.done = False
 
     def tail(self) -> list[dict[str, Any]]:
@@ -466,8 +467,10 @@ def _run_queue(slots: list[_Slot], queue: list[_Item], items: dict[str, _Item], 
         for r in records:
             t = r.get("type")
             if t == "env" and not s.ready:
-                s.ready = True
+                s.ready, s.early_deaths = True, 0
                 s.startup_s += time.monotonic() - s.spawned_at
+                if s.current is not None:          # handed out at the spawn: its time starts now
+                    s.handed_at = time.monotonic()
             elif t == "result":
                 m = r["measurement"]
                 it = items.get(problem_from_json(m["problem"]).key)
@@ -504,10 +507,17 @@ def _run_queue(slots: list[_Slot], queue: list[_Item], items: dict[str, _Item], 
             s.done = True
             return
         if culprit is None and not recorded_fault:
-            if not s.ready:
-                fatal.append(f"gpu{s.gpu}: worker exited with code {code} before it started")
+            if not s.ready:                        # died while starting: once may be chance, twice is the GPU
+                s.early_deaths += 1
                 put_back(s, died=False)
-                s.done = True
+                if s.early_deaths >= 2:
+                    fatal.append(f"gpu{s.gpu}: worker exited with code {code} before it started, twice")
+                    events.append(f"gpu{s.gpu}: the worker died twice while starting; its GPU takes no more work")
+                    s.done = True
+                    return
+                events.append(f"gpu{s.gpu}: the worker died (exit code {code}) while starting; restarted")
+                restarts += 1
+                start(s)
                 return
             it = s.current
             if it is not None:
