@@ -200,7 +200,7 @@ def estimate(the_plan: Any, config: Any, prior: Path | None = None) -> Estimate:
     try:
         walls = recorded_walls(prior)
     except (OSError, ValueError, KeyError, TypeError) as e:
-        est.notes.append(f"--cost-from {prior}: not read ({type(e).__name__}: {e}); the model orders the queue")
+        est.notes.append(f"cost estimate: {prior} not read ({type(e).__name__}: {e}); the model orders the queue")
         return est
     if not walls:
         est.notes.append(f"{prior} records no per-problem wall seconds (written before runs recorded them); "
