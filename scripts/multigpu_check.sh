@@ -12,7 +12,7 @@
 # .device-wheels-ray/ (~45 MiB, fits the carry limit beside .device-wheels/). Dry run without GPUs:
 #   BACKEND=fake ALL_GPUS=3 FAULT=1 bash scripts/multigpu_check.sh
 # Budget on nvidia-h100-x2: ~2 min of nvcc (11 instances at once), ~100 s of profile on one GPU (the model's
-# estimate: 107 s; printed below as `estimated work`), ~55 s each on two GPUs: about 8 minutes in all.
+# estimate: 104 s; printed below as `estimated work`), ~55 s each on two GPUs: about 8 minutes in all.
 # NCCL is not involved: no collective communication.
 set -uo pipefail
 GEN=${GEN:-generated/multigpu}     # the emitted instances ($OUT is the device tool's)
@@ -36,7 +36,8 @@ $PY -m emitter emit configs/gemm/sm90a_bf16.yaml configs/attention/sm90a.yaml co
 GEN=$(cd "$GEN" && pwd)
 sel=(); for s in "${SELECT[@]}"; do sel+=(--select "$s"); done
 if [ "$BACKEND" != fake ]; then
-  $PY -m emitter build "$GEN" "${sel[@]}" -j "${JOBS:-32}" --no-progress | tail -3 || exit 1
+  $PY -m emitter build "$GEN" "${sel[@]}" -j "${JOBS:-32}" --no-progress | tail -3
+  [ "${PIPESTATUS[0]}" = 0 ] || echo "   not every instance built (above): the profile reports those as failed"
   echo "build done at +$(( $(date +%s) - T0 )) s"
 fi
 mkdir -p "$RES"
