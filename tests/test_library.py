@@ -22,7 +22,7 @@ from emitter.families.gemm import library_abi as abi
 from emitter.families.gemm.library_dispatch import (LAYOUTS, Candidate, KernelRecord, Op, Query, TuningRecord,
                                                     candidate_order, dispatch_order, effective_options,
                                                     effective_split_k, forced, kernel_records, log2_fixed, select,
-                                                    transpose, tuning_records)
+                                                    measured_records, transpose, tuning_records)
 from emitter.families.gemm.library_tuning import TuningError, load as load_tuning
 from emitter.library.export import LibraryError, export_library
 
@@ -620,6 +620,15 @@ def _synthetic_library(tmp_path: Path, rnd: random.Random, name: str, kernels: i
     split_ok = {e["name"]: e["config"]["split_k"] != "none" for e in entries}
     sm90a = {e["name"] for e in entries if e["arch"] == "sm90a"}
     orng = random.Random(len(entries))   # its own stream: the draws of `rnd` (and the coverage they give) stay as they were
+    grng = random.Random(len(entries) + 1)
+    for e in entries:   # sm90a tile grids: clusters, swap_ab, compiled swizzle, scheduler (the time model reads them)
+        if e["arch"] == "sm90a":
+            e["config"].update(cluster=[grng.choice([1, 2]), grng.choice([1, 1, 2]), 1], swap_ab=grng.random() < 0.2,
+                               swizzle=grng.choice([1, 1, 2, 8]),
+                               tile_scheduler="stream_k" if split_ok[e["name"]] or grng.random() < 0.2 else "persistent")
+    (tmp_path / "gen" / "manifest.json").write_text(json.dumps({
+        "schema_version": 1, "emitter_version": "0", "generated_at": None, "specs": [], "instances": entries,
+        "rejected": []}))
     names = sorted(split_ok)
     tuning = []
     for _ in range(records):
@@ -632,17 +641,41 @@ def _synthetic_library(tmp_path: Path, rnd: random.Random, name: str, kernels: i
     tables = []
     for i, gpu in enumerate([{"cc": "9.0"}, {"cc": "8.0"}, None]):   # an H100 table, an A100 table, one of unknown GPU
         t = tmp_path / f"tuning{i}.json"
-        t.write_text(json.dumps({"schema_version": 1, **({"gpu": gpu} if gpu else {}), "entries": [
-            {"problem": {"m": m, "n": n, "k": k, "batch": b}, "kernel": kname, "split_k": sk, "options": opt,
-             "median_ms": rnd.random()}
-            for kname, m, n, k, b, sk, opt in tuning[i::3]]}))
+        rows = [{"problem": {"m": m, "n": n, "k": k, "batch": b}, "kernel": kname, "split_k": sk, "options": opt,
+                 "median_ms": rnd.random()} for kname, m, n, k, b, sk, opt in tuning[i::3]]
+        if i == 0:   # the H100 table's run also left its profile.json: every kernel's time per shape
+            t = tmp_path / "h100" / "tuning.json"
+            t.parent.mkdir()
+            _synthetic_profile(t.parent / "profile.json", rows, names, split_ok, sm90a, random.Random(len(entries) + 2))
+        t.write_text(json.dumps({"schema_version": 1, **({"gpu": gpu} if gpu else {}), "entries": rows}))
         tables.append(t)
     out = tmp_path / "lib"
     r = export_library([tmp_path / "gen"], name, out, tuning=tables)
+    r.measured = measured_records(
+        (names_idx[m_["kernel"]], m_["problem"]["m"], m_["problem"]["n"], m_["problem"]["k"], m_["problem"]["batch"],
+         m_["gpu_cc"] or 0, m_["split_k"], m_["options"], m_["time_ps"], m_["sms"])
+        for names_idx in [{k.name: k.index for k in r.kernels}] for m_ in r.manifest["measured"])
+    assert len(r.measured) > 100 and {m_.sms for m_ in r.measured} == {132}
     assert {t.gpu_cc for t in r.tuning} == {0, 80, 90}
     assert any(t.split_k > 1 for t in r.tuning) and {t.options for t in r.tuning} == {0, 3, 2 | 3 << 4}
     assert any(k.fast_accum for k in r.kernels) and any(r.kernels[t.kernel].fast_accum for t in r.tuning)
     return r, out
+
+
+def _synthetic_profile(path: Path, rows: list[dict], names: list[str], split_ok: dict, sm90a: set, rng: random.Random):
+    """A profile.json of the form `emitter profile` writes: the table's winners plus 2-8 other kernels per shape,
+    with random medians (the winner's the smallest) and split-K counts / options they may run with."""
+    ms = []
+    for row in rows:
+        ms.append({"kind": "kernel", "name": row["kernel"], "problem": row["problem"], "status": "ok",
+                   "split_k": row["split_k"], "options": row["options"], "stats": {"median_ms": row["median_ms"]}})
+        for kname in rng.sample(names, rng.randrange(2, 9)):
+            ms.append({"kind": "kernel", "name": kname, "problem": row["problem"], "status": rng.choice(["ok"] * 5 + ["pruned"]),
+                       "split_k": rng.choice([1, 2, 4]) if split_ok[kname] else 1,
+                       "options": rng.choice([0, 3, 4, 2 | 3 << 4]) if kname in sm90a else 0,
+                       "stats": {"median_ms": row["median_ms"] * (1 + rng.random() * 3)}})
+    path.write_text(json.dumps({"schema_version": 1, "kind": "emitter.profile",
+                                "environment": {"name": "H100", "cc": "9.0", "sm_count": 132}, "measurements": ms}))
 
 
 def _random_queries(r, rnd: random.Random, count: int, ccs=(80, 86, 89, 90, 90, 100)) -> list[Query]:
@@ -664,6 +697,15 @@ def _query_line(q: Query) -> str:
     o = q.op
     return " ".join(map(str, [o.a, o.b, o.c, o.d, o.acc, o.la, o.lb, o.lc, o.act, o.bias, q.m, q.n, q.k, q.batch,
                               q.split_k, q.cc, int(o.fast_accum)]))
+
+
+def _opts(r, c: Candidate, q: Query) -> int:
+    """effective_options in the candidate's own terms (transposed for a transposed candidate)."""
+    return effective_options(r.kernels, r.tuning, c, transpose(q) if c.transposed else q, r.measured)
+
+
+def _src_options(r, c: Candidate) -> int:
+    return (r.measured[c.measured] if c.measured >= 0 else r.tuning[c.tuning]).options
 
 
 def _cxx() -> str:
@@ -691,19 +733,21 @@ def test_cpp_dispatch_matches_python(tmp_path):
                          check=True)
     got = res.stdout.splitlines()
     assert len(got) == len(queries)
-    nonempty = tuned_split = clamped = explicit = 0
+    nonempty = tuned_split = clamped = explicit = predicted = padded = 0
     fast = {"opted_in": 0, "fast_first": 0, "fast_tuned": 0, "fast_hidden": 0}
     for q, line in zip(queries, got):
-        want = dispatch_order(r.kernels, r.tuning, q)
-        splits = [effective_split_k(r.kernels, r.tuning, c, q) for c in want]
-        text = " ".join(f"{c.kernel}:{c.tuning}:{int(c.transposed)}:{s_}:{effective_options(r.tuning, c)}"
+        want = dispatch_order(r.kernels, r.tuning, q, measured=r.measured)
+        splits = [effective_split_k(r.kernels, r.tuning, c, q, r.measured) for c in want]
+        text = " ".join(f"{c.kernel}:{c.tuning}:{int(c.transposed)}:{s_}:{_opts(r, c, q)}:{c.measured}"
                         for c, s_ in zip(want, splits)) or "-"
         assert line == text, (q, line, text)
+        predicted += bool(want) and want[0].measured >= 0
+        padded += any(c.tuning >= 0 and _src_options(r, c) and not _opts(r, c, q) for c in want)
         nonempty += bool(want)
         is_fast = [r.kernels[c.kernel].fast_accum for c in want]
         if not q.op.fast_accum:   # without the opt-in, never a fast-accum kernel (but the opt-in would find some)
             assert not any(is_fast), (q, line)
-            fast["fast_hidden"] += bool(dispatch_order(r.kernels, r.tuning, Query(**{**q.__dict__, "op": Op(
+            fast["fast_hidden"] += bool(dispatch_order(r.kernels, r.tuning, measured=r.measured, q=Query(**{**q.__dict__, "op": Op(
                 **{**q.op.__dict__, "fast_accum": True})})) != want)
         else:
             fast["opted_in"] += any(is_fast)
@@ -713,13 +757,15 @@ def test_cpp_dispatch_matches_python(tmp_path):
             if q.split_k > 1:
                 explicit += 1
                 assert s_ == q.split_k and r.kernels[c.kernel].split_k
-            elif c.tuning >= 0 and r.tuning[c.tuning].split_k > 1:
+            elif c.measured >= 0 or (c.tuning >= 0 and r.tuning[c.tuning].split_k > 1):
+                src = r.measured[c.measured] if c.measured >= 0 else r.tuning[c.tuning]
                 tuned_split += s_ > 1
-                clamped += s_ < r.tuning[c.tuning].split_k
+                clamped += s_ < src.split_k
                 assert s_ * r.kernels[c.kernel].tile[2] <= max(q.k, r.kernels[c.kernel].tile[2])
             else:
                 assert s_ == 1
     assert nonempty > 300   # the queries hit real candidates, tuned and fallback, direct and transposed
+    assert predicted > 50 and padded > 20, (predicted, padded)   # ... ranked by predicted time; options dropped
     assert tuned_split > 50 and clamped > 20 and explicit > 20   # ... and tuned, clamped and explicit splits
     assert min(fast.values()) > 20, fast   # ... and fast-accum kernels: hidden without the opt-in, tuned and first with it
     # the probe lists the same table (names sorted, ranks)
@@ -850,7 +896,7 @@ def test_cpp_api_queries_and_launches_with_the_effective_split(tmp_path):
     lines = []
     fast_kernels = [k.index for k in r.kernels if k.fast_accum]
     for q in queries:
-        order = dispatch_order(r.kernels, r.tuning, q)
+        order = dispatch_order(r.kernels, r.tuning, q, measured=r.measured)
         f = None
         if order and rnd.random() < 0.2:
             pick = rnd.choice(order)
@@ -871,7 +917,7 @@ def test_cpp_api_queries_and_launches_with_the_effective_split(tmp_path):
         (ws_status, ws, sel_status, kernel, transposed, tuned, split, sel_ws, run_status, run_kernel, run_split, small,
          run_options) = map(int, line.split())
         f = nf[1] if nf else None
-        order = ([f] if f else []) if nf else dispatch_order(r.kernels, r.tuning, q)
+        order = ([f] if f else []) if nf else dispatch_order(r.kernels, r.tuning, q, measured=r.measured)
         if not order:
             assert (ws_status, sel_status, run_status) == (1, 1, 1), (q, line)
             continue
@@ -879,16 +925,16 @@ def test_cpp_api_queries_and_launches_with_the_effective_split(tmp_path):
         if r.kernels[kernel].fast_accum:
             assert q.op.fast_accum or f, (q, line)
             seen["fast_forced" if f and not q.op.fast_accum else "fast_dispatched"] += 1
-        elif not nf and not q.op.fast_accum and dispatch_order(r.kernels, r.tuning, _allow(q))[0] != order[0]:
+        elif not nf and not q.op.fast_accum and dispatch_order(r.kernels, r.tuning, _allow(q), measured=r.measured)[0] != order[0]:
             seen["fast_refused"] += 1   # the opt-in would have run another (fast-accum) kernel first
-        splits = [effective_split_k(r.kernels, r.tuning, c, q) for c in order]
+        splits = [effective_split_k(r.kernels, r.tuning, c, q, r.measured) for c in order]
         first = order[0]
         # select and launch: the dispatch's first candidate, at its effective split (forced: the caller's)
         assert (sel_status, kernel, transposed, split) == (0, first.kernel, int(first.transposed), splits[0]), (q, f, line)
         assert tuned == (2 if f else 1 if first.tuning >= 0 else 0)
         assert (run_status, run_kernel, run_split) == (0, first.kernel, splits[0]), (q, f, line)
         # ... with its tuning record's run-time scheduler options (none when forced or in fallback order)
-        assert run_options == effective_options(r.tuning, first), (q, f, line)
+        assert run_options == _opts(r, first, q), (q, f, line)
         seen["options"] += run_options != 0
         assert sel_ws == need(first.kernel, splits[0])
         # the workspace query: the largest need among the candidates, each at the split it would launch with

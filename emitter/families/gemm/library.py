@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from emitter.families.gemm import library_abi as abi
-from emitter.families.gemm.library_dispatch import (KernelRecord, Query, TuningRecord, candidate_order, kernel_records,
-                                                    log2_fixed, tuning_records)
-from emitter.families.gemm.library_tuning import TuningEntry, check_options, check_split_k, load_all
+from emitter.families.gemm.library_dispatch import (KernelRecord, MeasuredRecord, Query, TuningRecord, candidate_order,
+                                                    kernel_records, log2_fixed, measured_records, tuning_records)
+from emitter.families.gemm.library_tuning import (MeasuredEntry, TuningEntry, check_options, check_split_k, load_all,
+                                                  load_measurements)
 from emitter.kit.library import ACTIVATIONS, DTYPES, LibraryError, LibraryPieces
 from emitter.kit.scheduler import SchedulerOptions
 
@@ -40,7 +41,10 @@ DISPATCH_RULE = ("exact operation match and arch; tuned kernels first by nearest
                  "differences over m, n, k, batch); then fallback_rank; first that can implement runs; "
                  "then the same for the transposed problem; a tuned split-K kernel runs with its record's "
                  "split_k (clamped to k / tile_k) unless the caller asks for split_k_slices > 1, and with its "
-                 "record's run-time scheduler options (options); fp8 "
+                 "record's run-time scheduler options (options) where they cost no tile padding at the problem; "
+                 "between profiled shapes (no exact record), with the profile's per-kernel times (measured), every "
+                 "kernel measured at the nearest profiled shape first, by its time there scaled by FLOPs and by the "
+                 "wave quantization of its tile grid on the GPU's SMs; fp8 "
                  "fast-accumulation kernels (fast_accum) are candidates only when the caller sets "
                  "problem.fast_accum = 1, and then come before full-precision ones at equal distance or rank")
 
@@ -109,6 +113,28 @@ def resolve_tuning(kernels: Sequence[KernelRecord], entries: Sequence[TuningEntr
     return tuning_records(pairs), dropped, notes
 
 
+def resolve_measured(kernels: Sequence[KernelRecord], entries: Sequence[MeasuredEntry]) -> tuple[list[MeasuredRecord], int]:
+    """Measured entries -> measured records over `kernels` (the fastest of repeats of one kernel, shape, split-K
+    count and options); entries whose kernel is not in the library, or that do not fit it, are left out
+    (counted: the profile times every manifest kernel, the export may hold a subset)."""
+    from emitter.families.gemm.options import unsupported_config
+
+    by_name = {k.name: k for k in kernels}
+    best: dict[tuple, tuple[int, int]] = {}
+    skipped = 0
+    for e in entries:
+        k = by_name.get(e.kernel)
+        if (k is None or (e.split_k > 1 and not k.split_k) or (e.batch > 1 and not k.batched)
+                or (e.gpu_cc and not k.runs_on(e.gpu_cc)) or unsupported_config(k.arch, k.config, e.options)
+                or _op_mismatch(TuningEntry("", 0, e.kernel, e.m, e.n, e.k, e.batch, op=e.op), k.config)):
+            skipped += 1
+            continue
+        key = (k.index, *e.shape, e.gpu_cc, e.split_k, e.options)
+        got = (max(int(round(e.median_ms * 1e9)), 1), e.sms)
+        best[key] = min(best.get(key, got), got)
+    return measured_records((*key, ps, sms) for key, (ps, sms) in best.items()), skipped
+
+
 def check_tuning_invariant(kernels: Sequence[KernelRecord], tuning: Sequence[TuningRecord]) -> None:
     """At a profiled shape the library must try that shape's winner first (distance 0, no conflicts)."""
     for t in tuning:
@@ -172,9 +198,14 @@ def library_pieces(entries: Sequence[dict[str, Any]], roots: dict[str, Path], ct
     t_entries = load_all(ctx.get("tuning_tables", ()), allow_unmeasured=bool(ctx.get("allow_unmeasured_tuning")))
     tuning, dropped, notes = resolve_tuning(kernels, t_entries)
     check_tuning_invariant(kernels, tuning)
+    m_entries, m_notes = load_measurements(ctx.get("tuning_tables", ()),
+                                           allow_unmeasured=bool(ctx.get("allow_unmeasured_tuning")))
+    measured, m_skipped = resolve_measured(kernels, m_entries)
+    notes = [*notes, *m_notes] + ([f"tuning: {m_skipped} profile timings left out (kernel not in this library or "
+                                   "not fitting it)"] if m_skipped else [])
 
     glob: dict[str, Any] = dict(
-        kernels=kernels, tuning=tuning, sizes=abi.sizes(), ops_summary=ops_summary(kernels),
+        kernels=kernels, tuning=tuning, measured=measured, sizes=abi.sizes(), ops_summary=ops_summary(kernels),
         activation_clamp=ACTIVATIONS["clamp"], problem_fields=abi.PROBLEM_FIELDS,
         selection_fields=abi.SELECTION_FIELDS, kernel_info_fields=abi.KERNEL_INFO_FIELDS)
     full = {**ctx, **glob}
@@ -204,6 +235,9 @@ def library_pieces(entries: Sequence[dict[str, Any]], roots: dict[str, Path], ct
         "tuning": [{"index": t.index, "kernel": by_index[t.kernel].name, "problem": {"m": t.m, "n": t.n, "k": t.k, "batch": t.batch},
                     "gpu_cc": t.gpu_cc or None, "split_k": t.split_k, "options": t.options,
                     "log2_fixed": [log2_fixed(x) for x in (t.m, t.n, t.k, t.batch)]} for t in tuning],
+        "measured": [{"index": r.index, "kernel": by_index[r.kernel].name,
+                      "problem": {"m": r.m, "n": r.n, "k": r.k, "batch": r.batch}, "gpu_cc": r.gpu_cc or None,
+                      "split_k": r.split_k, "options": r.options, "time_ps": r.time_ps, "sms": r.sms} for r in measured],
         "dispatch": {
             "rule": DISPATCH_RULE,
             "fallback_order": [[k.name for k in sorted(ks, key=lambda k: k.fallback_rank)] for ks in groups.values()],
@@ -211,4 +245,4 @@ def library_pieces(entries: Sequence[dict[str, Any]], roots: dict[str, Path], ct
     }
     return LibraryPieces(family=FAMILY, files=files, globals=glob, places=places, exports=C_FUNCTIONS, manifest=manifest,
                          notes=tuple(notes), kernels=len(kernels),
-                         context={"tuning": len(tuning), **({"dropped_tuning": dropped} if dropped else {})})
+                         context={"tuning": len(tuning), "measured": len(measured), **({"dropped_tuning": dropped} if dropped else {})})

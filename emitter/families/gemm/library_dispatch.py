@@ -101,6 +101,12 @@ class KernelRecord:
     cluster: tuple[int, int, int]
     fallback_rank: int = 0
     config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # the tile grid's scheduler, for the time model and the options rule: swap_ab (tile and cluster run over
+    # (N, M)), stream_k (on the stream-K scheduler: it balances work over the SMs), swizzle (compiled-in
+    # max_swizzle_size)
+    swap_ab: bool = False
+    stream_k: bool = False
+    swizzle: int = 1
 
     @property
     def cc(self) -> int:
@@ -137,6 +143,32 @@ class TuningRecord:
     @property
     def logs(self) -> tuple[int, int, int, int]:
         return (log2_fixed(self.m), log2_fixed(self.n), log2_fixed(self.k), log2_fixed(self.batch))
+
+
+@dataclass(frozen=True)
+class MeasuredRecord:
+    """One kernel's measured time on one profiled shape (profile.json beside the tuning table: every kernel that
+    ran correctly there, not just the winner)."""
+
+    index: int                 # position in the sorted table
+    kernel: int
+    m: int
+    n: int
+    k: int
+    batch: int = 1
+    gpu_cc: int = 0
+    split_k: int = 1
+    options: int = 0
+    time_ps: int = 1           # its median, picoseconds (an integer: both languages read the same value)
+    sms: int = 0               # SM count of the GPU it was measured on; 0 = unknown (no wave model)
+
+    @property
+    def logs(self) -> tuple[int, int, int, int]:
+        return (log2_fixed(self.m), log2_fixed(self.n), log2_fixed(self.k), log2_fixed(self.batch))
+
+    @property
+    def log_time(self) -> int:
+        return log2_fixed(self.time_ps)
 
 
 @dataclass(frozen=True)
@@ -215,7 +247,10 @@ def kernel_records(entries: Sequence[dict[str, Any]]) -> list[KernelRecord]:
             index=len(recs), name=e["name"], arch=arch, op=kernel_op(cfg),
             align_a=int(cfg["alignment_a"]), align_b=int(cfg["alignment_b"]), align_c=int(cfg["alignment_c"]),
             batched=bool(cfg.get("batched", False)), split_k=cfg.get("split_k", "none") != "none",
-            tile=tuple(cfg["tile"]), cluster=cluster, config=cfg))  # type: ignore[arg-type]
+            tile=tuple(cfg["tile"]), cluster=cluster, config=cfg,  # type: ignore[arg-type]
+            swap_ab=bool(cfg.get("swap_ab", False)),
+            stream_k=cfg.get("tile_scheduler") == "stream_k" or cfg.get("split_k") == "serial",
+            swizzle=int(cfg.get("swizzle") or 1)))
     ranked = sorted(recs, key=fallback_key)
     rank = {r.name: i for i, r in enumerate(ranked)}
     return [replace(r, fallback_rank=rank[r.name]) for r in recs]
@@ -228,6 +263,13 @@ def tuning_records(rows: Iterable[tuple[int, ...]]) -> list[TuningRecord]:
     full = {tuple(r) + defaults[len(r) - 5:] for r in rows}
     out = sorted(full, key=lambda p: (p[1], p[2], p[3], p[4], p[5], p[0], p[6], p[7]))
     return [TuningRecord(i, *p) for i, p in enumerate(out)]
+
+
+def measured_records(rows: Iterable[tuple[int, ...]]) -> list[MeasuredRecord]:
+    """(kernel index, m, n, k, batch, gpu_cc, split_k, options, time_ps, sms) -> indexed measured records sorted by
+    (m, n, k, batch, gpu_cc, kernel, split_k, options, time_ps, sms)."""
+    out = sorted({tuple(r) for r in rows}, key=lambda p: (p[1], p[2], p[3], p[4], p[5], p[0], p[6], p[7], p[8], p[9]))
+    return [MeasuredRecord(i, *p) for i, p in enumerate(out)]
 
 
 # ---- the selection rule (mirror of dispatch.h.j2) ----------------------------------------------------
@@ -260,9 +302,58 @@ class Candidate:
     kernel: int
     tuning: int          # tuning record index that ranked it, -1 = fallback order
     transposed: bool = False
+    measured: int = -1   # measured record whose predicted time ranked it (its split-K count and options run); -1: none
 
 
-def candidate_order(kernels: Sequence[KernelRecord], tuning: Sequence[TuningRecord], q: Query) -> list[Candidate]:
+SAT = 1 << 62            # the tile-count arithmetic saturates here (both languages): waves no longer matter there
+
+
+def _sat_mul(a: int, b: int) -> int:
+    return min(a * b, SAT)
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def tile_grid(k: KernelRecord, m: int, n: int) -> tuple[int, int]:
+    """The kernel's tile grid on an m x n problem (its own terms: a swap_ab kernel's tile runs over (N, M)),
+    each side rounded up to the cluster (what CUTLASS's sm90 schedulers launch)."""
+    km, kn = (n, m) if k.swap_ab else (m, n)
+    cm, cn = max(k.cluster[0], 1), max(k.cluster[1], 1)
+    return (_ceil_div(_ceil_div(km, max(k.tile[0], 1)), cm) * cm, _ceil_div(_ceil_div(kn, max(k.tile[1], 1)), cn) * cn)
+
+
+def wave_log(k: KernelRecord, m: int, n: int, batch: int, split: int, sms: int) -> int:
+    """log2(work units the kernel's waves could hold / work units it has), 16.16 fixed point: how much of its
+    last wave a data-parallel launch wastes, log2(1 / (tiles / (ceil(tiles / sms) * sms))). A unit is a tile
+    (x batch x split-K slice); a cluster's CTAs occupy SMs together, so the SMs round down to whole clusters.
+    Stream-K (its scheduler at one split) balances the work over the SMs: 0. Unknown SM count: 0."""
+    if sms <= 0 or (k.stream_k and split <= 1):
+        return 0
+    bm, bn = tile_grid(k, m, n)
+    units = _sat_mul(_sat_mul(_sat_mul(bm, bn), max(batch, 1)), max(split, 1))
+    cs = max(k.cluster[0], 1) * max(k.cluster[1], 1)
+    slots = max(sms // cs, 1) * cs
+    return log2_fixed(_sat_mul(_ceil_div(units, slots), slots)) - log2_fixed(units)
+
+
+def clamp_split(k: KernelRecord, split: int, kk: int) -> int:
+    return max(1, min(split, kk // max(k.tile[2], 1)))
+
+
+def predicted_cost(k: KernelRecord, r: MeasuredRecord, q: Query) -> int:
+    """log2 of the kernel's predicted time on q (16.16 fixed point, integers only: bit-identical in both
+    languages), from its time on r's shape: scaled by the FLOPs (m n k batch) and by the wave quantization of
+    its tile grid at both shapes (wave_log), with r's split-K count (clamped to q's k) at q."""
+    ql = (log2_fixed(q.m), log2_fixed(q.n), log2_fixed(q.k), log2_fixed(max(q.batch, 1)))
+    split_q = clamp_split(k, r.split_k, q.k) if k.split_k and r.split_k > 1 else 1
+    return (r.log_time + sum(ql) - sum(r.logs)
+            + wave_log(k, q.m, q.n, q.batch, split_q, r.sms) - wave_log(k, r.m, r.n, r.batch, r.split_k, r.sms))
+
+
+def candidate_order(kernels: Sequence[KernelRecord], tuning: Sequence[TuningRecord], q: Query,
+                    measured: Sequence[MeasuredRecord] = ()) -> list[Candidate]:
     """The kernels to try for `q`, in order (see the module docstring)."""
     ok = [matches(k, q) for k in kernels]
     ql = (log2_fixed(q.m), log2_fixed(q.n), log2_fixed(q.k), log2_fixed(max(q.batch, 1)))
@@ -278,28 +369,91 @@ def candidate_order(kernels: Sequence[KernelRecord], tuning: Sequence[TuningReco
     tuned = sorted(best, key=lambda i: best[i])
     rest = sorted((k.index for k in kernels if ok[k.index] and k.index not in best),
                   key=lambda i: (kernels[i].fallback_rank, i))
-    return [Candidate(i, best[i][3]) for i in tuned] + [Candidate(i, -1) for i in rest]
+    order = [Candidate(i, best[i][3]) for i in tuned] + [Candidate(i, -1) for i in rest]
+    exact = any(b[0] == 0 and b[1] == 0 for b in best.values())
+    if exact or q.split_k > 1 or not measured:
+        return order
+    # predicted times: every candidate measured at the nearest measured shape of this GPU generation (or unknown)
+    near: tuple[int, int] | None = None
+    for r in measured:
+        if not ok[r.kernel] or (r.gpu_cc != 0 and r.gpu_cc != q.cc):
+            continue
+        key = (sum(abs(a - b) for a, b in zip(ql, r.logs)), r.index)
+        if near is None or key < near:
+            near = key
+    if near is None:
+        return order
+    s = measured[near[1]]
+    shape = (s.m, s.n, s.k, s.batch, s.gpu_cc)
+    cost: dict[int, tuple[int, int]] = {}
+    for r in measured:
+        if (r.m, r.n, r.k, r.batch, r.gpu_cc) != shape or not ok[r.kernel]:
+            continue
+        key = (predicted_cost(kernels[r.kernel], r, q), r.index)
+        if r.kernel not in cost or key < cost[r.kernel]:
+            cost[r.kernel] = key
+    anchor = next((t.index for t in tuning if ok[t.kernel] and (t.m, t.n, t.k, t.batch, t.gpu_cc) == shape), -1)
+    ranked = sorted(cost, key=lambda i: (cost[i][0], i))
+    return ([Candidate(i, anchor, False, cost[i][1]) for i in ranked]
+            + [c for c in order if c.kernel not in cost])
 
 
-def effective_split_k(kernels: Sequence[KernelRecord], tuning: Sequence[TuningRecord], c: Candidate, q: Query) -> int:
+def _source(tuning: Sequence[TuningRecord], measured: Sequence[MeasuredRecord], c: Candidate):
+    if c.measured >= 0:
+        return measured[c.measured]
+    return tuning[c.tuning] if c.tuning >= 0 else None
+
+
+def effective_split_k(kernels: Sequence[KernelRecord], tuning: Sequence[TuningRecord], c: Candidate, q: Query,
+                      measured: Sequence[MeasuredRecord] = ()) -> int:
     """The split-K slice count the library asks candidate `c`'s shim with and launches it with (mirror of
     effective_split_k in dispatch.h.j2): an explicit q.split_k > 1 as given; the caller's count (normally 1)
-    for a fallback or forced candidate; else its tuning record's count when the kernel is split-K, clamped
-    to k // tile_k (at least one k-block per slice), at least 1. Transposition keeps k, so it does not matter."""
+    for a fallback or forced candidate; else the count of the record that ranked it (its measured record if
+    a predicted time ranked it, else its tuning record) when the kernel is split-K, clamped to k // tile_k (at
+    least one k-block per slice), at least 1. Transposition keeps k, so it does not matter."""
     requested = max(q.split_k, 1)
-    if requested > 1 or c.tuning < 0:
+    src = _source(tuning, measured, c)
+    if requested > 1 or src is None:
         return requested
     k = kernels[c.kernel]
-    tuned = tuning[c.tuning].split_k
-    if not k.split_k or tuned <= 1:
+    if not k.split_k or src.split_k <= 1:
         return 1
-    return max(1, min(tuned, q.k // max(k.tile[2], 1)))
+    return clamp_split(k, src.split_k, q.k)
 
 
-def effective_options(tuning: Sequence[TuningRecord], c: Candidate) -> int:
+def _padded_tiles(k: KernelRecord, m: int, n: int, max_swizzle: int) -> int:
+    from emitter.families.gemm.options import _log_swizzle
+
+    bm, bn = tile_grid(k, m, n)
+    cm, cn = max(k.cluster[0], 1), max(k.cluster[1], 1)
+    log = _log_swizzle(bm, bn, max_swizzle)
+    return _sat_mul(_ceil_div(bm, (1 << log) * cm) * (1 << log) * cm, _ceil_div(bn, (1 << log) * cn) * (1 << log) * cn)
+
+
+def options_fit(k: KernelRecord, options: int, m: int, n: int) -> bool:
+    """Whether run-time scheduler `options` cost the kernel no tile padding on an m x n problem beyond what its
+    compiled-in swizzle costs: CUTLASS's sm90 schedulers round the tile grid up to swizzle x cluster on each
+    side (tile_scheduler_params.h), so a swizzle of 8 timed at 4096^3 launches 32 x 16 = 512 tiles for the 24 x 12
+    = 288 of a 128x256 tile at 3000^3. Only the swizzle bits (0-3) pad; the raster order, reduction and
+    promotion do not."""
+    code = options & 0xF
+    if code == 0:
+        return True
+    return _padded_tiles(k, m, n, 1 << (code - 1)) <= _padded_tiles(k, m, n, max(k.swizzle, 1))
+
+
+def effective_options(kernels: Sequence[KernelRecord], tuning: Sequence[TuningRecord], c: Candidate, q: Query,
+                      measured: Sequence[MeasuredRecord] = ()) -> int:
     """The run-time scheduler options candidate `c` is asked and launched with (mirror of effective_options in
-    dispatch.h.j2): its tuning record's, for a candidate a record ranked; none for a fallback or forced one."""
-    return tuning[c.tuning].options if c.tuning >= 0 else 0
+    dispatch.h.j2): those of the record that ranked it (as effective_split_k), where they fit q (options_fit:
+    at the record's own m x n always), else none (the compiled-in choices); none for a fallback or forced one.
+    `q` is the problem as the candidate computes it (transposed for a transposed candidate)."""
+    src = _source(tuning, measured, c)
+    if src is None or src.options == 0:
+        return 0
+    if (src.m, src.n) == (q.m, q.n) or options_fit(kernels[c.kernel], src.options, q.m, q.n):
+        return src.options
+    return 0
 
 
 def transpose(q: Query) -> Query:
@@ -313,11 +467,11 @@ def transpose(q: Query) -> Query:
 
 
 def dispatch_order(kernels: Sequence[KernelRecord], tuning: Sequence[TuningRecord], q: Query,
-                   allow_transpose: bool = True) -> list[Candidate]:
+                   allow_transpose: bool = True, measured: Sequence[MeasuredRecord] = ()) -> list[Candidate]:
     """Direct candidates, then (if allowed) candidates of the transposed problem."""
-    out = candidate_order(kernels, tuning, q)
+    out = candidate_order(kernels, tuning, q, measured)
     if allow_transpose:
-        out += [replace(c, transposed=True) for c in candidate_order(kernels, tuning, transpose(q))]
+        out += [replace(c, transposed=True) for c in candidate_order(kernels, tuning, transpose(q), measured)]
     return out
 
 
@@ -335,9 +489,10 @@ def forced(kernels: Sequence[KernelRecord], index: int, q: Query, allow_transpos
 
 
 def select(kernels: Sequence[KernelRecord], tuning: Sequence[TuningRecord], q: Query,
-           can_implement: Callable[[KernelRecord, Query], bool] | None = None) -> Candidate | None:
+           can_implement: Callable[[KernelRecord, Query], bool] | None = None,
+           measured: Sequence[MeasuredRecord] = ()) -> Candidate | None:
     """The kernel the library would launch, given a can_implement predicate (default: all can)."""
-    for c in dispatch_order(kernels, tuning, q):
+    for c in dispatch_order(kernels, tuning, q, measured=measured):
         qq = transpose(q) if c.transposed else q
         if can_implement is None or can_implement(kernels[c.kernel], qq):
             return c

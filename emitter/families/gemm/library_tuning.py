@@ -171,3 +171,98 @@ def load_all(paths: Sequence[str | Path], allow_unmeasured: bool = False) -> lis
     for p in paths:
         out.extend(load(p, allow_unmeasured))
     return out
+
+
+# ---- every kernel's time per profiled shape (profile.json beside the tuning table) ---------------------------
+
+@dataclass(frozen=True)
+class MeasuredEntry:
+    """One kernel's measured time on one profiled shape, from the profile.json that `emitter profile` writes beside
+    its tuning.json (the tuning table names only each shape's winner; the dispatch predicts every measured
+    kernel's time between profiled shapes from these)."""
+
+    source: str
+    kernel: str
+    m: int
+    n: int
+    k: int
+    batch: int
+    gpu_cc: int
+    split_k: int
+    options: int
+    median_ms: float
+    sms: int
+    op: dict[str, Any] | None = None
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        return (self.m, self.n, self.k, self.batch)
+
+
+PROFILE_NAME = "profile.json"
+
+
+def _int(value: Any, default: int = 0) -> int:
+    try:
+        return int(value) if value is not None and not isinstance(value, bool) else default
+    except (TypeError, ValueError):
+        return default
+
+
+def profile_measurements(profile: Path, table_entries: Sequence[TuningEntry] = ()) -> tuple[list[MeasuredEntry], str]:
+    """GEMM's correct, timed kernel measurements of a profile.json, and a note on what was read or why nothing
+    was. A profile.json that is not the tuning table's own run (it lacks one of the table's winners: same kernel,
+    shape, split-K count and options) is not used: its times would rank kernels against another run's."""
+    import json
+
+    from emitter.kit.tuning import table_cc as cc_of
+
+    try:
+        data = json.loads(profile.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        return [], f"tuning: {profile} not read ({e}); dispatch between profiled shapes uses the winners only"
+    if not isinstance(data, dict) or data.get("kind") != "emitter.profile" or not isinstance(data.get("measurements"), list):
+        return [], (f"tuning: {profile} is not an `emitter profile` result (kind emitter.profile with measurements); "
+                    "dispatch between profiled shapes uses the winners only")
+    env = data.get("environment") if isinstance(data.get("environment"), dict) else {}
+    gpu_cc, sms = cc_of(env), max(_int(env.get("sm_count")), 0)
+    out: list[MeasuredEntry] = []
+    for d in data["measurements"]:
+        if not isinstance(d, dict) or d.get("kind") != "kernel" or d.get("status") != "ok" or not _own(d):
+            continue
+        stats, prob = d.get("stats"), d.get("problem")
+        med = stats.get("median_ms") if isinstance(stats, dict) else None
+        if not isinstance(med, (int, float)) or not med > 0 or not isinstance(prob, dict) or not isinstance(d.get("name"), str):
+            continue
+        m, n, k, b = (_int(prob.get(key), 1 if key == "batch" else 0) for key in ("m", "n", "k", "batch"))
+        if min(m, n, k, b) < 1:
+            continue
+        out.append(MeasuredEntry(source=str(profile), kernel=d["name"], m=m, n=n, k=k, batch=b, gpu_cc=gpu_cc,
+                                 split_k=max(_int(d.get("split_k"), 1), 1), options=_int(d.get("options")),
+                                 median_ms=float(med), sms=sms, op=d.get("op") if isinstance(d.get("op"), dict) else None))
+    have = {(e.kernel, e.shape, e.split_k, e.options) for e in out}
+    missing = [e for e in table_entries if (e.kernel, e.shape, e.split_k, e.options) not in have]
+    if missing:
+        e = missing[0]
+        return [], (f"tuning: {profile} does not hold the tuning table's winner {e.kernel} at "
+                    f"{'x'.join(map(str, e.shape))} ({len(missing)} of {len(table_entries)} missing): not that table's "
+                    "run, so its times are not used; dispatch between profiled shapes uses the winners only")
+    shapes = len({e.shape for e in out})
+    return out, (f"tuning: {len(out)} kernel timings on {shapes} shapes from {profile} rank the candidates between "
+                 f"profiled shapes (predicted time: FLOPs x wave quantization on {sms or 'unknown'} SMs)")
+
+
+def load_measurements(paths: Sequence[str | Path], allow_unmeasured: bool = False) -> tuple[list[MeasuredEntry], list[str]]:
+    """For each tuning table, the measurements of the profile.json beside it (`emitter profile -o DIR` writes both),
+    when there is one; notes say what was used."""
+    out: list[MeasuredEntry] = []
+    notes: list[str] = []
+    for p in paths:
+        p = Path(p)
+        prof = p.parent / PROFILE_NAME
+        if p.name == PROFILE_NAME or not prof.is_file():
+            continue
+        got, note = profile_measurements(prof, load(p, allow_unmeasured))
+        out.extend(got)
+        notes.append(note)
+    return out, notes
