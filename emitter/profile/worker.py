@@ -84,7 +84,10 @@ class JobLog:
 
 
 def _say(gpu: int, text: str) -> None:
-    print(f"[gpu{gpu}] {text}", file=sys.stderr, flush=True)
+    # one write with its newline: print() writes the text and the newline apart, and the workers of other GPUs
+    # share this stderr, so their lines could land between the two
+    sys.stderr.write(f"[gpu{gpu}] {text}\n")
+    sys.stderr.flush()
 
 
 # ------------------------------------------------------------------------------------------ engines
