@@ -56,7 +56,6 @@ def test_accepted_instance_and_name():
     (dict(tile_kv=64), "sm90a-backward-tile-kv", "64x128"),
     (dict(tile_q=128), "sm90a-backward-tile-q", "shared memory"),          # d128 at BlockQ 128
     (dict(head_dim=64, head_dim_v=64, tile_q=256), "sm90a-backward-tile-q", "64 or 128"),
-    (dict(gqa=True), "sm90a-backward-gqa", "arch sm80"),
     (dict(varlen=True), "sm90a-backward-varlen", "arch sm80"),
 ])
 def test_rejections_name_the_rule_and_the_fix(change, rule, words):
@@ -90,15 +89,17 @@ def test_every_accepted_combination_renders():
         for tq in backward_sm90a.TILE_Q[d]:
             for mask in Mask:
                 for layout in Layout:
-                    inst = AttentionBackwardInstance(Arch.sm90a, DType.f16, d, d, tq, 128, mask, layout,
-                                                     deterministic=False)
-                    r = fam.resolve(inst)
-                    assert r == inst
-                    name = fam.instance_name(r)
-                    text = fam.render_instance(r, name, banner("spec.yaml", "0" * 64))
-                    assert f"emitter_{name}_kernel" in text
-                    n += 1
-    assert n == 5 * 3 * 2
+                    for gqa in (False, True):
+                        inst = AttentionBackwardInstance(Arch.sm90a, DType.f16, d, d, tq, 128, mask, layout, gqa,
+                                                         deterministic=False)
+                        r = fam.resolve(inst)
+                        assert r == inst
+                        name = fam.instance_name(r)
+                        text = fam.render_instance(r, name, banner("spec.yaml", "0" * 64))
+                        assert f"emitter_{name}_kernel" in text
+                        assert f"static constexpr bool kGqa = {'true' if gqa else 'false'};" in text
+                        n += 1
+    assert n == 5 * 3 * 2 * 2
 
 
 @pytest.fixture(scope="module")
@@ -158,11 +159,12 @@ def test_fake_backend_on_default_problems_and_planted_faults(emitted):
             assert not rt.not_supported_reasons(cfg, p)
             v = _case(out, entry, p, data, seed=i)
             assert v["status"] == "PASSED", (entry["name"], p.label(), data, v["reason"])
-            seen.add((cfg.mask.value, p.seq_q % 8 != 0, p.seq_q > p.seq_k, p.seq_q < p.seq_k))
+            seen.add((cfg.mask.value, p.seq_q % 8 != 0, p.seq_q > p.seq_k, p.seq_q < p.seq_k, p.heads_kv < p.heads_q))
     for mask in ("causal_top_left", "causal_bottom_right"):
-        assert (mask, True, True, False) in seen or (mask, False, True, False) in seen
+        assert any(s[0] == mask and s[2] for s in seen)
         assert any(s[0] == mask and s[3] for s in seen)
     assert any(s[1] for s in seen)                   # a seq_q upstream's can_implement (seq_q % 8) refuses
+    assert any(s[4] and s[0] != "none" for s in seen)     # GQA with a causal mask
     entry = next(e for e in manifest["instances"] if e["name"] == "attn_bwd_sm90a_f16_d64_64x128_causaltl_bshd")
     p = make_problem(batch=1, heads_q=4, heads_kv=4, seq_q=77, seq_k=78, head_dim=64, scale=0.3)
     assert _case(out, entry, p)["status"] == "PASSED"
@@ -173,6 +175,11 @@ def test_fake_backend_on_default_problems_and_planted_faults(emitted):
     long = make_problem(batch=1, heads_q=4, heads_kv=4, seq_q=200, seq_k=201, head_dim=64)
     v = _case(out, entry, long, faults=[{"kind": "bwd_drop_dq_partial"}])
     assert v["failed_tensors"] == ["dq"], v["reason"]
+    gqa = next(e for e in manifest["instances"] if e["name"] == "attn_bwd_sm90a_f16_d128_64x128_causalbr_bshd_gqa")
+    p = make_problem(batch=1, heads_q=8, heads_kv=2, seq_q=77, seq_k=90, head_dim=128)
+    assert _case(out, gqa, p)["status"] == "PASSED"
+    v = _case(out, gqa, p, faults=[{"kind": "bwd_wrong_kv_head"}])
+    assert v["failed_tensors"] == ["dk"] and v["failed_heads"]["dk"] == [0, 1], v["reason"]
 
 
 @pytest.mark.nvcc

@@ -119,6 +119,8 @@ def test_default_problems_pass_on_every_instance(suite):
         assert seen(lambda c, p, v: c["mask"] == mask and p["seq_q"] > p["seq_k"]), f"{mask} with seq_q > seq_k"
         assert seen(lambda c, p, v: c["mask"] == mask and p["seq_q"] < p["seq_k"]), f"{mask} with seq_q < seq_k"
     assert seen(lambda c, p, v: p["seq_q"] % 8 != 0), "a seq_q upstream's can_implement refuses"
+    assert seen(lambda c, p, v: c["mask"] != "none" and 1 < p["heads_kv"] < p["heads_q"]), "GQA, causal"
+    assert seen(lambda c, p, v: p["heads_kv"] == 1 and p["heads_q"] > 1), "MQA"
     assert seen(lambda c, p, v: c["layout"] == "bhsd"), "BHSD"
     assert seen(lambda c, p, v: "_large" in v["label"]), "large magnitudes"
     assert seen(lambda c, p, v: p["pad"] > 0 and v["stray_writes"] == 0), "padded rows"
@@ -134,18 +136,18 @@ def test_repeated_launches_reuse_the_workspace(suite):
     from emitter.kit.launcher import PackedParams
 
     root, real, planted, records, runner = suite
-    entry = next(e for e in real if e["name"] == "attn_bwd_sm90a_f16_d128_64x128_causalbr_bshd")
-    b, h, sq, sk, d = 2, 4, 300, 333, 128
+    entry = next(e for e in real if e["name"] == "attn_bwd_sm90a_f16_d128_64x128_causalbr_bshd_gqa")
+    b, h, hkv, sq, sk, d = 2, 4, 2, 300, 333, 128
     torch.manual_seed(3)
     q, do = (torch.randn(b, sq, h, d, device="cuda", dtype=torch.float16) for _ in range(2))
-    k, v = (torch.randn(b, sk, h, d, device="cuda", dtype=torch.float16) for _ in range(2))
+    k, v = (torch.randn(b, sk, hkv, d, device="cuda", dtype=torch.float16) for _ in range(2))
     o = torch.randn(b, sq, h, d, device="cuda", dtype=torch.float16)
     lse = torch.randn(b, h, sq, device="cuda", dtype=torch.float32).abs() + 5.0
     kern = runner.kernel(entry)
     grads = {g: torch.empty_like(x) for g, x in (("dq", q), ("dk", k), ("dv", v))}
     ptrs = {"q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr(), "o": o.data_ptr(), "d_o": do.data_ptr(),
             "lse": lse.data_ptr(), **{g: x.data_ptr() for g, x in grads.items()}}
-    prob = hooks.c_problem(kern.config, make_problem(batch=b, heads_q=h, heads_kv=h, seq_q=sq, seq_k=sk, head_dim=d), ptrs)
+    prob = hooks.c_problem(kern.config, make_problem(batch=b, heads_q=h, heads_kv=hkv, seq_q=sq, seq_k=sk, head_dim=d), ptrs)
     shim, fn = kern.handle["shim"], kern.handle["fn"]
     status, qinfo = shim.query(prob)
     assert status == 0
@@ -154,7 +156,7 @@ def test_repeated_launches_reuse_the_workspace(suite):
     status, params, launch = shim.initialize(prob, ws.data_ptr(), stream, int(qinfo.params_bytes))
     assert status == 0
     fn.allow_shared(int(launch.shared_bytes))
-    counters = 1 + 3 * b * h
+    counters = 1 + 3 * b * hkv
     outs = []
     for _ in range(3):
         for x in grads.values():
@@ -205,8 +207,8 @@ SPEED = [  # (head_dim, seq, causal): B*S = 16k tokens, H*D = 2048 (the issue's 
     (128, 1024, False), (128, 1024, True), (128, 4096, False), (128, 4096, True),
     (64, 1024, False), (64, 1024, True), (64, 4096, False), (64, 4096, True),
 ]
-KERNELS = {(128, False): ["attn_bwd_sm90a_f16_d128_64x128_nomask_bshd"],
-           (128, True): ["attn_bwd_sm90a_f16_d128_64x128_causaltl_bshd"],
+KERNELS = {(128, False): ["attn_bwd_sm90a_f16_d128_64x128_nomask_bshd_gqa"],
+           (128, True): ["attn_bwd_sm90a_f16_d128_64x128_causaltl_bshd_gqa"],
            (64, False): ["attn_bwd_sm90a_f16_d64_64x128_nomask_bshd", "attn_bwd_sm90a_f16_d64_128x128_nomask_bshd"],
            (64, True): ["attn_bwd_sm90a_f16_d64_64x128_causaltl_bshd", "attn_bwd_sm90a_f16_d64_128x128_causaltl_bshd"]}
 

@@ -26,9 +26,12 @@ Levels (templates/attention/sm90a/bwd/):
 
 What upstream lacks and emitter adds here: any seq_q (upstream's can_implement wants seq_q % 8 and its causal
 trip count floors seq_q / BlockQ), run-time scale (upstream fixes 1/sqrt(d)), causal bottom-right, the forward's
-LSE (-inf rows that see no key become +inf, so P = 0 there). What it rejects (before nvcc, with the rule): GQA and
-variable lengths (upstream's loads and dK / dV epilogue are per head and fixed-length: use arch sm80 for those),
-deterministic dQ (upstream adds dQ partials by TMA reduce in arrival order).
+LSE (-inf rows that see no key become +inf, so P = 0 there), GQA / MQA (gqa: true): upstream's kernel runs per KV
+head over one query sequence made of the group's query heads (Q and dO copied by the preprocessing into
+[batch * heads_q, q_pad, head_dim], q_pad a multiple of BlockQ, the mask taking the row modulo q_pad), so dK / dV
+come out summed over the group with no reduction pass. What it rejects (before nvcc, with the rule): variable
+lengths (upstream's descriptors span whole sequences: use arch sm80), deterministic dQ (upstream adds dQ partials
+by TMA reduce in arrival order), bf16 (upstream's collective does not compile for it).
 """
 
 from __future__ import annotations
@@ -86,10 +89,6 @@ def resolve(inst: AttentionBackwardInstance) -> AttentionBackwardInstance | Reje
         return _reject(inst, "sm90a-backward-tile-q", f"tile_q={inst.tile_q} at head_dim {inst.head_dim}: "
                                                       f"BlockQ must be {' or '.join(map(str, allowed_q))}{why}: use "
                                                       f"tile {allowed_q[0]}x{TILE_KV}")
-    if inst.gqa:
-        return _reject(inst, "sm90a-backward-gqa", "gqa: true: examples/88's backward loads K / V and writes dK / dV "
-                                                   "per query head (no KV head groups, no group sum of dK / dV): "
-                                                   "use gqa: false here, or arch sm80 for GQA / MQA")
     if inst.varlen:
         return _reject(inst, "sm90a-backward-varlen", "varlen: true: examples/88's backward has fixed sequence "
                                                       "lengths only (its TMA descriptors span whole sequences): "
@@ -120,6 +119,7 @@ def template_context(inst: AttentionBackwardInstance) -> dict:
         "causal": inst.mask is not Mask.none,
         "bottom_right": inst.mask is Mask.causal_bottom_right,
         "bhsd": inst.layout is Layout.bhsd,
+        "gqa": inst.gqa,
         "alignment": ALIGNMENT,
         "threads": THREADS,
         "smem_capacity": SMEM_CAPACITY,
