@@ -1,7 +1,8 @@
 """The sm90a attention backward in the exported library, without a GPU: `emitter library` takes sm90a backward
 instances beside sm80 ones (their translation units in the sm90a CMake group), and the C API's dispatch, compiled
 with g++ against the stand-in CUDA runtime (an sm_90 device) and fake shims, runs the sm90a kernel where it
-computes the problem (f16, no GQA) and the sm80 kernel otherwise (GQA, bf16, deterministic asked)."""
+computes the problem (f16, with or without GQA) and the sm80 kernel otherwise (deterministic asked, a refusing
+sm90a shim); bf16 finds none here."""
 
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ SPEC = """\
     head_dim: 64
     tile: [64x128, 128x128]
     mask: causal_top_left
+    gqa: true
     deterministic: false
 """
 
@@ -107,15 +109,15 @@ def test_export_puts_the_sm90a_backward_in_the_sm90a_group(api):
 
 def test_dispatch_prefers_sm90a_where_it_computes_the_problem(api):
     idx = {n: i for i, n in enumerate(api.names)}
-    s90_small = idx["attn_bwd_sm90a_f16_d64_64x128_causaltl_bshd"]
-    s90_big = idx["attn_bwd_sm90a_f16_d64_128x128_causaltl_bshd"]
+    s90_small = idx["attn_bwd_sm90a_f16_d64_64x128_causaltl_bshd_gqa"]
+    s90_big = idx["attn_bwd_sm90a_f16_d64_128x128_causaltl_bshd_gqa"]
     s80 = idx["attn_bwd_sm80_f16_d64_64x64_causaltl_bshd_gqa"]
     s80_det = idx["attn_bwd_sm80_f16_d64_64x64_causaltl_bshd_gqa_det"]
     r = api([dict(), dict(sq=1000, sk=1000), dict(hkv=2), dict(det=1), dict(refuse=(1 << s90_small) | (1 << s90_big)),
              dict(dtype=2)])
     assert r[0]["status"] == 0 and r[0]["run"] == s90_small, r[0]       # MHA f16: the sm90a kernel
     assert r[1]["status"] == 0 and r[1]["run"] == s90_big, r[1]         # long: the larger sm90a tile first
-    assert r[2]["status"] == 0 and r[2]["run"] == s80, r[2]             # GQA: sm90a has none, sm80's key-split
+    assert r[2]["status"] == 0 and r[2]["run"] == s90_small, r[2]       # GQA: the sm90a kernel too
     assert r[3]["status"] == 0 and r[3]["run"] == s80_det, r[3]         # deterministic asked: only sm80's
     assert r[4]["status"] == 0 and r[4]["run"] == s80, r[4]             # the sm90a shims refuse: the next one
     assert r[5]["status"] != 0 and "no attention backward kernel" in r[5]["message"], r[5]   # bf16: none here

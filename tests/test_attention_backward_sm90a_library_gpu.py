@@ -2,8 +2,8 @@
 of a library holding a forward sm80 f16 attention kernel (lse: true), sm80 backward kernels (GQA, deterministic
 and key-split), sm90a backward kernels (examples/88 as one launch) and the two GEMM kernels a library needs; then
 the Python loader: attention_backward() with the sm90a kernel forced and by dispatch (which must pick it for an f16
-problem without GQA), against autograd through the float64 forward; loss.backward() through lib.attention(), a
-CUDA graph of the backward call, and GQA falling back to sm80.
+problem, GQA included), against autograd through the float64 forward; loss.backward() through lib.attention(), a
+CUDA graph of the backward call, and a deterministic request falling back to sm80's deterministic kernel.
 
     python3 -m pytest -q -s -m gpu tests/test_attention_backward_sm90a_library_gpu.py      (a few minutes on 16 cores)
 
@@ -25,7 +25,7 @@ from test_attention_backward_sm90a_library import SPEC  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
 NAME = "attbwd90gpu"
-S90 = "attn_bwd_sm90a_f16_d64_64x128_causaltl_bshd"
+S90 = "attn_bwd_sm90a_f16_d64_64x128_causaltl_bshd_gqa"
 
 
 @pytest.fixture(scope="module")
@@ -73,13 +73,17 @@ def test_sm90a_backward_forced_and_dispatched(lib, capfd):
         assert all(e < 5e-3 for e in errs), errs
     log = capfd.readouterr().err
     assert f"-> {S90} (forced" in log and f"-> attn_bwd_sm90a_f16_d64_" in log.split("(forced")[1], log
-    # GQA: no sm90a kernel computes it; sm80's key-split kernel does
+    # GQA (8 query heads on 2 KV heads) through the sm90a kernel; deterministic asked: sm80's deterministic kernel
     q, k, v, do = _inputs(torch, hkv=2, seed=1)
+    want = _grads64(torch, q, k, v, do)
     o, lse = lib.attention(q, k, v, causal=True, lse=True)
-    got = lib.attention_backward(q, k, v, o, lse, do, causal=True)
-    torch.cuda.synchronize()
-    assert all(_rel(g, w) < 5e-3 for g, w in zip(got, _grads64(torch, q, k, v, do)))
-    assert "-> attn_bwd_sm80_f16_d64_64x64_causaltl_bshd_gqa (" in capfd.readouterr().err
+    for det, kernel in ((False, "attn_bwd_sm90a_f16_d64_"), (True, "attn_bwd_sm80_f16_d64_64x64_causaltl_bshd_gqa_det")):
+        got = lib.attention_backward(q, k, v, o, lse, do, causal=True, deterministic=det)
+        torch.cuda.synchronize()
+        errs = [_rel(g, w) for g, w in zip(got, want)]
+        print("GQA attention_backward", "deterministic" if det else "dispatch", ["%.2e" % e for e in errs])
+        assert all(e < 5e-3 for e in errs), errs
+        assert f"-> {kernel}" in capfd.readouterr().err
 
 
 def test_loss_backward_and_cuda_graph_through_sm90a(lib, capfd):
