@@ -14,9 +14,6 @@ import json
 import math
 from pathlib import Path
 
-import pytest
-
-from emitter.families.gemm.library_dispatch import kernel_records
 from emitter.families.gemm.library_replay import config_from_name, main, replay
 
 FIX = Path(__file__).resolve().parent / "fixtures"
@@ -63,11 +60,8 @@ def synthetic_profile(record: dict) -> dict:
 
 
 def test_fixture_is_its_generator():
-    """The fixture is what synthetic_profile writes (regenerate: python -c 'import tests...' or rerun below)."""
-    want = synthetic_profile(json.loads(RECORD.read_text()))
-    if not PROFILE.exists():
-        PROFILE.write_text(json.dumps(want, indent=0))
-    assert json.loads(PROFILE.read_text()) == want
+    """The fixture is what synthetic_profile writes (regenerate: .venv/bin/python tests/test_gemm_dispatch_replay.py)."""
+    assert json.loads(PROFILE.read_text()) == synthetic_profile(json.loads(RECORD.read_text()))
 
 
 def test_model_matches_the_record_at_large_shapes():
@@ -113,3 +107,8 @@ def test_replay_cli(tmp_path, capsys):
     assert "3000x3000x3000" in text and "predicted: geomean" in text
     assert json.loads(out.read_text())["summary"]["predicted"]["judged"] == 10
     assert main([str(tmp_path / "missing.json"), str(PROFILE)]) == 2
+
+
+if __name__ == "__main__":
+    PROFILE.write_text(json.dumps(synthetic_profile(json.loads(RECORD.read_text())), indent=0))
+    print(f"wrote {PROFILE}")

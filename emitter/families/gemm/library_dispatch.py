@@ -30,6 +30,17 @@ templates/gemm/library/dispatch.h.j2 -- and tested to agree (tests/test_library.
    for speed); without the opt-in every candidate is a normal kernel;
 3. the remaining candidates follow by `fallback_rank` (newest arch first, widest alignment, largest
    tile, fast-accum before normal, then name).
+4. between profiled shapes, with measurements: when no candidate has a record at exactly q's shape on this
+   GPU generation (an exact record still wins outright: steps 2-3 apply), the caller asks for no split
+   (split_k <= 1), and the library holds measured records (every kernel's time on each profiled shape, from
+   the profile.json beside the tuning table), the candidates measured at the nearest measured shape (same
+   distance; this GPU generation or unknown; ties by record order) come first, by predicted time at q
+   (`predicted_cost`: log2 of the measured time + log2 FLOPs(q) - log2 FLOPs(record) + the wave
+   quantization of the kernel's tile grid (cluster-rounded, x batch x split-K slices) on the record GPU's
+   SMs at q minus the same at the record's shape, all in 16.16 fixed point; a kernel's best variant (split,
+   options) counts; ties by kernel index); each such candidate carries the measured record (`measured`)
+   whose split-K count and options it runs with, and as `tuning` the first tuning record at that shape
+   (-1 if none). The other candidates follow in the order of steps 2-3.
 
 The library then asks each candidate's host shim (can_implement: alignment, strides, shape) in that
 order and launches the first that accepts; if none does it returns NOT_SUPPORTED. When the problem's
@@ -38,6 +49,11 @@ layouts have no direct candidates, it also tries the transposed problem D^T = B^
 A kernel the caller names (problem.kernel; `forced`) skips the order: it runs when it computes the
 problem's operation (directly or transposed), whether or not it is a fast-accum kernel and the caller
 opted in.
+
+A record's run-time scheduler options (swizzle, raster, ...) are launched with a candidate it ranked only
+where they cost no tile padding at the problem (`options_fit`; at the record's own m x n always): CUTLASS's
+sm90 schedulers round the tile grid up to swizzle x cluster, so a swizzle-8 record at 4096^3 ran a 128x256
+kernel on 512 tiles instead of 288 at 3000^3 (0.184 ms against 0.106 ms with its compiled-in options).
 
 Each candidate is asked (and launched) with one split-K slice count, `effective_split_k` (C++:
 `<lib>_detail::effective_split_k`): the caller's split_k_slices when it is > 1 (explicit wins) or when the
@@ -169,6 +185,10 @@ class MeasuredRecord:
     @property
     def log_time(self) -> int:
         return log2_fixed(self.time_ps)
+
+    def wave_self(self, k: "KernelRecord") -> int:
+        """wave_log of its kernel at its own shape and split (the C++ table holds it precomputed)."""
+        return wave_log(k, self.m, self.n, self.batch, self.split_k, self.sms)
 
 
 @dataclass(frozen=True)
@@ -350,8 +370,7 @@ def predicted_cost(k: KernelRecord, r: MeasuredRecord, q: Query) -> int:
     its tile grid at both shapes (wave_log), with r's split-K count (clamped to q's k) at q."""
     ql = (log2_fixed(q.m), log2_fixed(q.n), log2_fixed(q.k), log2_fixed(max(q.batch, 1)))
     split_q = clamp_split(k, r.split_k, q.k) if k.split_k and r.split_k > 1 else 1
-    return (r.log_time + sum(ql) - sum(r.logs)
-            + wave_log(k, q.m, q.n, q.batch, split_q, r.sms) - wave_log(k, r.m, r.n, r.batch, r.split_k, r.sms))
+    return r.log_time + sum(ql) - sum(r.logs) + wave_log(k, q.m, q.n, q.batch, split_q, r.sms) - r.wave_self(k)
 
 
 def candidate_order(kernels: Sequence[KernelRecord], tuning: Sequence[TuningRecord], q: Query,
