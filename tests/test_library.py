@@ -931,7 +931,8 @@ def test_cpp_api_queries_and_launches_with_the_effective_split(tmp_path):
         first = order[0]
         # select and launch: the dispatch's first candidate, at its effective split (forced: the caller's)
         assert (sel_status, kernel, transposed, split) == (0, first.kernel, int(first.transposed), splits[0]), (q, f, line)
-        assert tuned == (2 if f else 1 if first.tuning >= 0 else 0)
+        assert tuned == (2 if f else 3 if first.measured >= 0 else 1 if first.tuning >= 0 else 0)
+        seen["predicted"] = seen.get("predicted", 0) + (tuned == 3)
         assert (run_status, run_kernel, run_split) == (0, first.kernel, splits[0]), (q, f, line)
         # ... with its tuning record's run-time scheduler options (none when forced or in fallback order)
         assert run_options == _opts(r, first, q), (q, f, line)
@@ -950,7 +951,7 @@ def test_cpp_api_queries_and_launches_with_the_effective_split(tmp_path):
         seen["max_other"] += most > sel_ws
     assert seen["tuned_split"] > 20 and seen["forced_tuned"] > 3 and seen["workspace"] > 50 and seen["max_other"] > 10, seen
     assert seen["fast_forced"] > 3 and seen["fast_dispatched"] > 10 and seen["fast_refused"] > 3, seen
-    assert seen["options"] > 10, seen
+    assert seen["options"] > 10 and seen.get("predicted", 0) > 20, seen
 
 
 # For each problem on stdin (the probe's 17 integers, then a kernel name or "-"): what select says (status, kernel,
