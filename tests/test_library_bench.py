@@ -177,6 +177,8 @@ def test_fake_pipeline_emits_profiles_and_exports_with_tuning(tmp_path, capsys):
         winners = {e["kernel"] for e in entries}
         if fam == "gemm":
             assert {t["kernel"] for t in man["tuning"]} == winners and len(man["tuning"]) == 2
+            # ... and every kernel's time per tuning shape, from the profile.json beside tuning.json
+            assert {(m["kernel"], m["problem"]["m"]) for m in man["measured"]} >= {(w, 128) for w in winners}
         elif fam == "attention":
             assert "kAttentionTuning[] = {" in src and all(w in src for w in winners)
         else:
@@ -336,8 +338,13 @@ def test_library_bench_gemm_end_to_end_on_the_gpu(tmp_path):
     row = rec["rows"][0]
     assert "error" not in row, row.get("error")
     assert row["check"] == "ok", row
-    assert row["kernel"] in {e["kernel"] for e in lb.tuning_entries(out / "gemm", "gemm")}
-    assert row["why"].startswith("tuned") and row["oracle_candidates"] == 2
+    # between the profiled shapes the dispatch ranks every kernel the profile timed at the nearest one by its
+    # predicted time (profile.json beside tuning.json): "predicted (nearest record ...)"; at a profiled shape, or
+    # without the profile's timings, the nearest record's winner: "tuned (...)"
+    man = json.loads((out / "gemm" / "lib" / "manifest.json").read_text())
+    assert man["measured"] and {m["kernel"] for m in man["measured"]} <= {k["name"] for k in man["kernels"]}
+    assert row["why"].startswith("predicted") and row["oracle_candidates"] == 2, row["why"]
+    assert row["kernel"] in {m["kernel"] for m in man["measured"]}
     assert 0.5 < row["ratios"]["lib_vs_oracle"] < 1.5 and row["ratios"]["vs_cublas"] > 0.3
     assert rec["host"]["library_us"] > 0 and rec["host"]["vendor_us"] > 0
     assert list(records.glob("gemm-*.json")) and "## gemm (" in doc.read_text()
