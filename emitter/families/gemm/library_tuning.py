@@ -14,6 +14,12 @@ is a split-K instance (`check_split_k`); `options` (optional, default 0) are the
 (`check_options`); `gpu.cc` (when present) tells the dispatch which GPU generation the
 choices were measured on.
 
+Beside each table, the profile.json of the same `emitter profile -o DIR` run (when there is one) gives every kernel's
+time on each profiled shape, not just the winner's (`load_measurements`): the dispatch ranks candidates between
+profiled shapes by the time it predicts from them (library_dispatch.py, rule step 4). A profile.json that lacks
+one of the table's winners is another run's and is not used (a note says so); without one, the winners-only
+rule applies as before.
+
 `emitter profile` writes one table for every family it timed: entries whose `problem.family` (or `op.family`) names
 another family are not read by `load`; the library stage hands them to that family's library hook
 (emitter/library/tuning.py `family_entries`). The table's own checks are the kit's (emitter/kit/tuning.py).
