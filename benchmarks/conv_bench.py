@@ -86,14 +86,40 @@ def run(cmd: list[str], what: str) -> subprocess.CompletedProcess:
 
 
 class Timer:
-    """Same warm-up for every function; reps of a batch of calls between two events, alternating; median/call."""
+    """Same warm-up for every function; reps of a batch of calls between two events, alternating; median/call.
+
+    The GPU time of a call, not its host cost: before the start event, a GPU-side sleep long enough for the host
+    to enqueue the whole batch (HOST_US_BOUND a call) holds the stream, so the batch's kernels run back to back
+    after it. Without it the start event fires on an idle GPU and the first call's host latency (Python argument
+    handling, 10-70 us a call for the library loader and for SDPA alike) is timed as GPU time, which skews batches
+    of one or two long calls by whichever side has the slower host path (2026-11-27: up to 10% on 2 ms attention
+    calls). The host cost per call is measured on its own (library_bench's host column)."""
+
+    HOST_US_BOUND = 100.0         # host time a call may take to enqueue; the sleep covers calls x this
+    SLEEP_CAP_MS = 25.0
 
     def __init__(self, torch, reps: int, min_ms: float, warmup: int) -> None:
         self.torch, self.reps, self.min_ms, self.warmup = torch, reps, min_ms, warmup
+        self._cycles_per_us = None
+
+    def _hold(self, calls: int) -> None:
+        t = self.torch
+        sleep = getattr(t.cuda, "_sleep", None)
+        if sleep is None:
+            return
+        if self._cycles_per_us is None:
+            try:      # clock_rate is in kHz where torch reports it; else the H100/H200 boost clock
+                khz = getattr(t.cuda.get_device_properties(t.cuda.current_device()), "clock_rate", 0) or 1_980_000
+            except Exception:  # noqa: BLE001
+                khz = 1_980_000
+            self._cycles_per_us = khz / 1000.0
+        us = min(self.SLEEP_CAP_MS * 1000.0, 50.0 + calls * self.HOST_US_BOUND)
+        sleep(int(us * self._cycles_per_us))
 
     def _batch_ms(self, fn, calls: int) -> float:
         t = self.torch
         a, b = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
+        self._hold(calls)
         a.record()
         for i in range(calls):
             fn(i)
