@@ -540,11 +540,11 @@ def test_shard_balance_names_the_problem_that_bounds_the_speed_up():
     ps = [Problem(s, s, s) for s in (1024, 2048, 4096, 8192, 16384)] + [
         Problem(128, 8192, 8192), Problem(512, 8192, 8192), Problem(2048, 16384, 4096), Problem(16384, 4096, 16384)]
     line = shard_balance(ps, 2)
-    assert line.startswith("estimated work 24 s (modelled: FLOPs x measurements); queue, largest first, over 2 "
+    assert line.startswith("estimated work 15 s (modelled: FLOPs x measurements); queue, largest first, over 2 "
                            "GPUs: 64%, 36% -> 1.56x of one GPU"), line
     assert "16384x16384x16384 alone is 64%" in line and "at most 1.56x sooner" in line
     even = [Problem(8192, 8192, 8192 + 64 * i) for i in range(8)]
-    assert shard_balance(even, 2) == ("estimated work 17 s (modelled: FLOPs x measurements); queue, largest first, "
+    assert shard_balance(even, 2) == ("estimated work 11 s (modelled: FLOPs x measurements); queue, largest first, "
                                       "over 2 GPUs: 50%, 50% -> 2.00x of one GPU")
     assert shard_balance(ps, 1) is None
 

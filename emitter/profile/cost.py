@@ -35,6 +35,9 @@ MEASUREMENT_S = 0.05       # a measurement's fixed cost: check launch + referenc
 PROBLEM_S = 0.2            # a problem's fixed cost: operand sets allocated and filled
 LAUNCH_S = 5e-6            # a launch's fixed cost (small problems)
 DEFAULT_SM_COUNT = 132     # split-K counts are chosen from the SM count; H100 SXM's for the model
+# A family's run-time hooks may scale the model by PROFILE_COST_FACTOR (measured / modelled one-GPU seconds of its
+# problems, from a run of scripts/multigpu_check.sh): only the queue's order depends on it, and a run's own
+# measured seconds replace the model from the next run on.
 
 
 @dataclass
@@ -173,7 +176,9 @@ def measurements(kernels: "_Kernels", problem: Any, config: Any) -> int:
 
 def model_seconds(problem: Any, n_measurements: int, timing: Any) -> float:
     launch_s = problem.flops / (MODEL_TFLOPS * 1e12) + LAUNCH_S
-    return PROBLEM_S + n_measurements * (MEASUREMENT_S + _launches(timing, launch_s) * launch_s)
+    hooks = _family_hooks(getattr(problem, "FAMILY", None) or "")
+    factor = float(getattr(hooks, "PROFILE_COST_FACTOR", 1.0) or 1.0)
+    return factor * (PROBLEM_S + n_measurements * (MEASUREMENT_S + _launches(timing, launch_s) * launch_s))
 
 
 # ------------------------------------------------------------------------------------------ measured

@@ -263,3 +263,7 @@ def profile_op_from_json(d: Mapping[str, Any]):  # noqa: F811
 
 def profile_applies(op, problem) -> bool:  # noqa: F811
     return False if isinstance(op, _bwd_rt.BackwardProfileOp) else _forward_applies(op, problem)
+
+# measured / modelled one-GPU profile seconds of this family's problems (emitter.profile.cost's queue order), from the
+# 2026-11-27 2 x H200 run of scripts/multigpu_check.sh (docs/scale-out.md): as modelled
+PROFILE_COST_FACTOR = 0.98

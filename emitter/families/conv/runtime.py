@@ -214,3 +214,7 @@ from emitter.families.conv.profile import (  # noqa: E402,F401
     profile_problem_from_dict, profile_set_bytes,
 )
 from emitter.families.conv.profile import BASELINES  # noqa: E402,F401,F811
+
+# measured / modelled one-GPU profile seconds of this family's problems (emitter.profile.cost's queue order), from the
+# 2026-11-27 2 x H200 run of scripts/multigpu_check.sh (docs/scale-out.md): small problems: per-launch and reference costs dominate
+PROFILE_COST_FACTOR = 4.05

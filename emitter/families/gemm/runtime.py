@@ -201,3 +201,7 @@ def profile_fake_problem(cfg: Any, problem: Any, settings: Any, limit: int = 64,
     return GemmProblem(min(problem.m, limit), min(problem.n, limit), min(problem.k, limit), batch=problem.batch,
                        alpha=settings.alpha, beta=settings.beta, split_k=int(run_options.get("split_k", 1)),
                        options=int(run_options.get("options", 0)))
+
+# measured / modelled one-GPU profile seconds of this family's problems (emitter.profile.cost's queue order), from the
+# 2026-11-27 2 x H200 run of scripts/multigpu_check.sh (docs/scale-out.md): its measurements ran faster than the model's 300 TFLOP/s
+PROFILE_COST_FACTOR = 0.63
