@@ -36,10 +36,7 @@ KNOWN_UPWARD = {
 # another family's private names: none
 KNOWN_PRIVATE: set[tuple[str, str]] = set()
 # import circles (lazy imports included), each inside one family
-KNOWN_CYCLES = {
-    frozenset({"emitter.families.attention.backward_spec", "emitter.families.attention.spec"}),
-    frozenset({"emitter.families.conv.check", "emitter.families.conv.reference"}),
-}
+KNOWN_CYCLES: set[frozenset[str]] = set()
 
 KIT_MODULES = {"emitter.errors", "emitter.dtypes", "emitter.fsutil", "emitter.render", "emitter.resources",
                "emitter.cutlass_path", "emitter.version", "emitter.families", "emitter.families.base"}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
+from typing import Any
 
 from emitter.families.attention.model import Arch, AttentionInstance, Rejection
 
@@ -34,7 +35,18 @@ def template_dir(arch: Arch) -> str:
 # ---- the emit-side family hooks (emitter.families.base) ----
 from emitter.families.attention import backward_model as _bwd  # noqa: E402
 from emitter.families.attention.naming import instance_name as _forward_name  # noqa: E402
-from emitter.families.attention.spec import expand_entry  # noqa: E402
+from emitter.families.attention import spec as _spec  # noqa: E402
+from emitter.families.attention.backward_spec import expand_op_entry as _expand_op_entry  # noqa: E402
+
+
+def expand_entry(doc: Any, path: Any, entry: Any, key_paths: Any = None) -> Any:
+    """Yield (candidate instance, sweep point) for one `family: attention` spec entry: one with an `op` axis
+    (forward / backward) through backward_spec, the others through spec (which checks the entry's shape and
+    family first, for both)."""
+    if isinstance(entry, dict) and entry.get("family") == "attention" and "op" in entry:
+        yield from _expand_op_entry(doc, path, entry, key_paths)
+    else:
+        yield from _spec.expand_entry(doc, path, entry, key_paths)
 
 _BACKWARD_MODULE = {Arch.sm80: "backward_sm80", Arch.sm90a: "backward_sm90a"}   # op: backward, by arch (backward_*.py)
 

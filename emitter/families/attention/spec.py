@@ -150,10 +150,11 @@ def expand_entry(doc: Document, path: KeyPath, entry: Any,
         raise doc.error((key_paths or {}).get("family", path + ("family",)),
                         f"an attention spec entry must say `family: attention`, got {family!r}", value=family,
                         allowed=["attention"])
-    if "op" in entry:   # forward / backward axis: emitter/families/attention/backward_spec.py
-        from emitter.families.attention.backward_spec import expand_op_entry
-        yield from expand_op_entry(doc, path, entry, key_paths)
-        return
+    if "op" in entry:   # the family's expand_entry (emitter/families/attention/__init__.py) sends these on
+        raise doc.error((key_paths or {}).get("op", path + ("op",)),
+                        "an entry with an `op` axis is expanded by the attention family's expand_entry "
+                        "(backward_spec.expand_op_entry), not by spec.expand_entry", value=entry["op"],
+                        fix="call emitter.families.attention.expand_entry")
     points.check_required(doc, path, entry, REQUIRED, SPEC_KEYS, META_KEYS, spec_name="an attention spec",
                           key_paths=key_paths)
     axes = _axes(doc, path, entry, key_paths)

@@ -117,13 +117,44 @@ def tolerance(dtype: str, reduction: int) -> float:
     return base * max(1.0, math.log2(max(reduction, 2)) / 8)
 
 
+MAP_LIMIT = 4096            # positions of the per-position count maps kept in a verdict (planted problems: ~60)
+
+
+def element_mismatches(got: np.ndarray, want: np.ndarray, written: np.ndarray, tol: float) -> np.ndarray:
+    """Elements off by more than the tolerance allows one element: tol x (|want| + 8 x rms(want)).
+
+    The relative Frobenius check bounds the rms error by tol x rms(want), so a right kernel's worst element
+    stays well under 8 x that; a fault confined to a few border rows of a large image moves the norm little
+    but its elements by a sizeable part of rms(want). tol 0 (exact checks): any difference."""
+    with np.errstate(invalid="ignore"):
+        diff = np.abs(got - want)
+    if tol == 0.0:
+        bad = diff != 0
+    else:
+        rms = float(np.sqrt(np.mean(np.square(want)))) if want.size else 0.0
+        bad = diff > tol * (np.abs(want) + 8.0 * rms)
+    bad |= ~np.isfinite(got)
+    return bad & written
+
+
+def locate(bad: np.ndarray, unwritten: np.ndarray) -> dict[str, Any]:
+    """Where the wrong and the unwritten elements of a 5-D output are: indices along axis 0 (N of x/y, K of w),
+    axis 2 and axis 3 (H/W of x, P/Q of y, R/S of w), and a count per (axis 2, axis 3) position when small."""
+    out: dict[str, Any] = {}
+    for name, mask in (("bad", bad), ("unwritten", unwritten)):
+        out[f"{name}_outer"] = [int(i) for i in np.nonzero(mask.any(axis=(1, 2, 3, 4)))[0]]
+        out[f"{name}_rows"] = [int(i) for i in np.nonzero(mask.any(axis=(0, 1, 3, 4)))[0]]
+        out[f"{name}_cols"] = [int(i) for i in np.nonzero(mask.any(axis=(0, 1, 2, 4)))[0]]
+        if mask.shape[2] * mask.shape[3] <= MAP_LIMIT:
+            out[f"{name}_map"] = mask.sum(axis=(0, 1, 4)).astype(int).tolist()
+    return out
+
+
 def compare(got: np.ndarray, want: np.ndarray, poisoned: np.ndarray, tol: float) -> dict[str, Any]:
     """Verdict for decoded output `got` against `want`; `poisoned` marks elements still holding the poison.
     It fails on unwritten elements, on NaN/Inf, on the relative Frobenius error and on single elements off by
-    more than check.element_mismatches allows (a fault confined to a few rows barely moves the norm), and
-    says where the wrong and the unwritten elements are (check.locate)."""
-    from emitter.families.conv.check import element_mismatches, locate
-
+    more than element_mismatches allows (a fault confined to a few rows barely moves the norm), and says where
+    the wrong and the unwritten elements are (locate)."""
     unwritten = int(poisoned.sum())
     nonfinite = int((~np.isfinite(got) & ~poisoned).sum())
     with np.errstate(invalid="ignore"):
