@@ -118,5 +118,7 @@ perf-doc: install        # no GPU: docs/performance.md from the run records in d
 
 clean:
 	rm -rf generated/demo results build dist .pytest_cache
-golden: install
-	EMITTER_UPDATE_GOLDEN=1 $(BIN)/python -m pytest -q tests/test_golden.py
+GOLDEN_TESTS = tests/gemm/test_golden.py tests/attention/test_attention_render.py tests/attention/test_attention_sm90a.py \
+	tests/conv/test_conv_render.py
+golden: install          # rewrites tests/golden/<family>/<arch>/ from the templates; review the diff
+	EMITTER_UPDATE_GOLDEN=1 $(BIN)/python -m pytest -q -p no:cacheprovider -k "matches_golden" $(GOLDEN_TESTS)

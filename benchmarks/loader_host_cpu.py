@@ -1,5 +1,5 @@
 """Host (Python-side) cost of the exported library's loader per gemm() call, without a GPU: the loader against the
-fake C library of tests/test_loader.py (records the problem, returns), with real CPU torch tensors posing as
+fake C library of tests/gemm/test_loader.py (records the problem, returns), with real CPU torch tensors posing as
 cuda:0 (`Tensor.get_device` patched to 0; the same patch in every row). It isolates what loader_overhead.py's
 GPU numbers hold beyond the C API + launch: the fast path's checks, key, packing and output allocation.
 

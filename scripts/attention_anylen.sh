@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Any-length sm90a attention on the GPU in one command (from the project root, on the H100 / H200 machine):
 #   scripts/attention_anylen.sh            # logs and the speed table under $OUT (the device tool's) or ./anylen-out
-# emits configs/attention/sm90a_anylen.yaml, builds it (-j 16), runs tests/test_attention_anylen_gpu.py (lengths
+# emits configs/attention/sm90a_anylen.yaml, builds it (-j 16), runs tests/attention/test_attention_anylen_gpu.py (lengths
 # 1..300 and a few thousand, each causal alignment, rows without keys, GQA, planted off-by-ones built into real
 # kernels, decode through split_kv against 1..128k keys with its planted combine bug, the speed of an odd length
 # against the next multiple of 8, decode against the fastest SDPA backend), `emitter verify` on the same build
@@ -27,7 +27,7 @@ echo "built in $(( $(date +%s) - t0 )) s"
 
 echo "== any-length GPU tests"
 EMITTER_ATTENTION_ANYLEN_BUILD="$GEN" EMITTER_ANYLEN_REPORT="$OUTDIR/anylen_speed.json" \
-  $PY -m pytest -q -s -rA -m gpu tests/test_attention_anylen_gpu.py -p no:cacheprovider 2>&1 | tee "$OUTDIR/anylen_gpu.log"
+  $PY -m pytest -q -s -rA -m gpu tests/attention/test_attention_anylen_gpu.py -p no:cacheprovider 2>&1 | tee "$OUTDIR/anylen_gpu.log"
 trc=${PIPESTATUS[0]}
 
 echo "== emitter verify (default problems)"
@@ -37,7 +37,7 @@ vrc=${PIPESTATUS[0]}
 lrc=0
 if [ "${ANYLEN_LIBRARY:-1}" = 1 ]; then
   echo "== exported library: odd lengths dispatched to sm90a"
-  EMITTER_TEST_JOBS=16 $PY -m pytest -q -s -m gpu tests/test_attention_library_gpu.py -p no:cacheprovider 2>&1 \
+  EMITTER_TEST_JOBS=16 $PY -m pytest -q -s -m gpu tests/attention/test_attention_library_gpu.py -p no:cacheprovider 2>&1 \
     | tee "$OUTDIR/anylen_library.log" | grep -E "rel err|passed|failed|error" | tail -12
   lrc=${PIPESTATUS[0]}
 fi

@@ -6,11 +6,11 @@
 #        the float64 forward); rest: planted bugs, bit-for-bit repeat, the speed table against SDPA's cuDNN and flash
 #        backward, and a transformer block's training step against torch; library: an exported library's
 #        attention_backward(), loss.backward() through lib.attention(), torch.compile, a CUDA graph and the training
-#        step (tests/test_attention_backward_library_gpu.py); sm90a: the Hopper backward (examples/88 as one launch:
+#        step (tests/attention/test_attention_backward_library_gpu.py); sm90a: the Hopper backward (examples/88 as one launch:
 #        configs/attention/sm90a_backward.yaml built -j 16, verify, planted bugs, repeated launches, the f16 speed
-#        table against SDPA's cuDNN and flash backward; tests/test_attention_backward_sm90a_gpu.py, its build in
+#        table against SDPA's cuDNN and flash backward; tests/attention/test_attention_backward_sm90a_gpu.py, its build in
 #        generated/attn_bwd90_gpu); sm90a-library: an exported library with sm80 and sm90a backward kernels, the
-#        sm90a one forced and by dispatch, loss.backward(), a CUDA graph (tests/test_attention_backward_sm90a_library_gpu.py).
+#        sm90a one forced and by dispatch, loss.backward(), a CUDA graph (tests/attention/test_attention_backward_sm90a_library_gpu.py).
 #        Each stage stays under 10 minutes; the
 #        build is kept in generated/attn_bwd_gpu between stages (EMITTER_ATTN_BWD_DIR overrides).
 set -u -o pipefail
@@ -33,12 +33,12 @@ case "$STAGE" in
   all)    SEL="" ;;
   *) echo "usage: $0 [build|verify|rest|library|sm90a|sm90a-library|all]"; exit 2 ;;
 esac
-TESTS=tests/test_attention_backward_gpu.py
-[ "$STAGE" = library ] && TESTS=tests/test_attention_backward_library_gpu.py
-[ "$STAGE" = sm90a ] && TESTS=tests/test_attention_backward_sm90a_gpu.py
-[ "$STAGE" = sm90a-library ] && TESTS=tests/test_attention_backward_sm90a_library_gpu.py
+TESTS=tests/attention/test_attention_backward_gpu.py
+[ "$STAGE" = library ] && TESTS=tests/attention/test_attention_backward_library_gpu.py
+[ "$STAGE" = sm90a ] && TESTS=tests/attention/test_attention_backward_sm90a_gpu.py
+[ "$STAGE" = sm90a-library ] && TESTS=tests/attention/test_attention_backward_sm90a_library_gpu.py
 export EMITTER_ATTN_BWD90_DIR="${EMITTER_ATTN_BWD90_DIR:-$PWD/generated/attn_bwd90_gpu}"
-[ "$STAGE" = all ] && TESTS="tests/test_attention_backward_gpu.py tests/test_attention_backward_library_gpu.py"
+[ "$STAGE" = all ] && TESTS="tests/attention/test_attention_backward_gpu.py tests/attention/test_attention_backward_library_gpu.py"
 t0=$(date +%s)
 $PY -m pytest -q -s -rA -m gpu $TESTS -p no:cacheprovider ${SEL:+-k "$SEL"} \
   2>&1 | tee "$OUTDIR/attn_bwd_${STAGE}.log"

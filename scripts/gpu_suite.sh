@@ -5,12 +5,14 @@
 # Each group emits and builds what its GPU tests need into generated/gpu-suite/ (kept between calls on a warm
 # machine, the compile cache beside it), then runs `pytest -m gpu` over the group's test files with
 # EMITTER_GPU_SUITE=1, which turns a GPU test that skips into a failure: on the GPU machine every GPU test must
-# run. The groups are the test files that hold a GPU test, split by name (test_attention* -> attention,
-# test_conv* -> conv, the rest -> gemm and the stages), so no GPU test is left out. Logs, junit files and the
-# counts go under $OUT (the device tool's folder) or ./gpu-suite-out.
+# run. The groups are the test files that hold a GPU test, split by folder (tests/attention -> attention,
+# tests/conv -> conv, tests/gemm and tests/stages -> gemm), so every GPU test lands in exactly one group; a GPU
+# test file anywhere else stops the suite. Logs, junit files and the counts go under $OUT (the device tool's
+# folder) or ./gpu-suite-out.
+#   GROUPS_ONLY=1 scripts/gpu_suite.sh   prints each group's files and exits (no GPU, PyCUDA or nvcc needed).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
-[ -f .device-wheels/setup.sh ] && source .device-wheels/setup.sh
+[ "${GROUPS_ONLY:-0}" = 1 ] || { [ -f .device-wheels/setup.sh ] && source .device-wheels/setup.sh; }
 export PYTHONUNBUFFERED=1
 GROUP="${1:-all}"
 OUTDIR="${OUT:-$PWD/gpu-suite-out}"
@@ -23,21 +25,43 @@ export EMITTER_TEST_JOBS="${EMITTER_TEST_JOBS:-$(nproc)}"
 PY=python3
 J="$EMITTER_TEST_JOBS"
 
+# the test files holding a GPU test, by group (the group is the file's folder)
+mapfile -t GPU_FILES < <(find tests -name 'test_*.py' -not -path '*/__pycache__/*' -exec grep -l "mark.gpu" {} + | sort)
+group_of() {
+  case "$1" in
+    tests/attention/*) echo attention ;;
+    tests/conv/*) echo conv ;;
+    tests/gemm/* | tests/stages/*) echo gemm ;;
+    *) echo none ;;
+  esac
+}
+files_of() {
+  for f in "${GPU_FILES[@]}"; do
+    [ "$(group_of "$f")" = "$1" ] && echo "$f"
+  done
+  return 0
+}
+for f in "${GPU_FILES[@]}"; do
+  if [ "$(group_of "$f")" = none ]; then
+    echo "gpu_suite.sh: $f holds a GPU test but is in no group's folder (tests/gemm, tests/stages," \
+         "tests/attention, tests/conv): move it into one" >&2
+    exit 2
+  fi
+done
+if [ "${GROUPS_ONLY:-0}" = 1 ]; then
+  for g in gemm attention conv; do
+    mapfile -t files < <(files_of "$g")
+    echo "== $g: ${#files[@]} files"
+    printf '   %s\n' "${files[@]}"
+  done
+  echo "== ${#GPU_FILES[@]} files hold a GPU test"
+  exit 0
+fi
+
 echo "== device"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -4
 nvcc --version | tail -1
 $PY -c "import pycuda.driver as d; d.init(); print('pycuda', __import__('pycuda').VERSION_TEXT, d.Device(0).name())" || exit 2
 
-# the test files holding a GPU test, by group
-mapfile -t GPU_FILES < <(grep -l "mark.gpu" tests/test_*.py | sort)
-files_of() {
-  for f in "${GPU_FILES[@]}"; do
-    case "$(basename "$f")" in
-      test_attention*) [ "$1" = attention ] && echo "$f" ;;
-      test_conv*) [ "$1" = conv ] && echo "$f" ;;
-      *) [ "$1" = gemm ] && echo "$f" ;;
-    esac
-  done
-}
 
 build() {   # build DIR SPEC...: emit + build (the compile cache makes a second call quick)
   local dir="$1"; shift

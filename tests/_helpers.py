@@ -2,7 +2,7 @@
 the two GEMM kernels every exported library holds (one per arch group), and loading an exported tree's
 generated Python module with its torch hooks pointed at stand-ins.
 
-Imported as `from _helpers import ...` (the tests put their own folder on sys.path)."""
+Imported as `from _helpers import ...` (the tests put tests/ on sys.path)."""
 
 from __future__ import annotations
 

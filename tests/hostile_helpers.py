@@ -1,4 +1,4 @@
-"""Shared pieces of the hostile-input suites (tests/test_hostile_*.py): running the CLI, snapshots of a
+"""Shared pieces of the hostile-input suites (tests/stages/test_hostile_*.py): running the CLI, snapshots of a
 directory tree, and a fake nvcc so `emitter build` runs without compiling anything."""
 
 from __future__ import annotations

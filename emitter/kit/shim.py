@@ -5,7 +5,7 @@ emitter_<name>_initialize(const P*, workspace, stream, params, capacity, emitter
 emitter_<name>_name(), where P is the family's problem struct (a ctypes.Structure the family's runtime
 hook `c_problem` builds; GEMM's is emitter.families.gemm.abi.EmitterGemmProblem). The launch record and
 the status codes here are common. The structs must match emitter_abi.h field for field;
-tests/test_verify_fake.py compiles a C program that prints the C sizes and offsets and compares them.
+tests/stages/test_verify_fake.py compiles a C program that prints the C sizes and offsets and compares them.
 """
 
 from __future__ import annotations

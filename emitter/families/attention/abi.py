@@ -1,7 +1,7 @@
 """ctypes mirror of templates/attention/common/attention_abi.h (EMITTER_ATTENTION_ABI_VERSION 1).
 
 The launch record and status codes are the GEMM ABI's (emitter.kit.shim: EmitterLaunch, EMITTER_*);
-only the problem struct differs. tests/test_attention_render.py compiles a C program that prints the C
+only the problem struct differs. tests/attention/test_attention_render.py compiles a C program that prints the C
 sizes and offsets and compares them with these.
 """
 

@@ -1,7 +1,7 @@
 """ctypes mirror of templates/attention/common/attention_backward_abi.h (EMITTER_ATTENTION_BACKWARD_ABI_VERSION 1).
 
 The launch record and status codes are the shared ABI's; only the problem struct differs.
-tests/test_attention_backward.py compiles a C program printing the C sizes and offsets and compares them.
+tests/attention/test_attention_backward.py compiles a C program printing the C sizes and offsets and compares them.
 """
 
 from __future__ import annotations

@@ -396,7 +396,7 @@ def c_problem(cfg: BackwardConfig, p: AttentionProblem, pointers: Mapping[str, i
 class BackwardProfileOp:
     """What `emitter profile` files a backward instance under. No profile problem is a backward one yet (a
     profile problem's FLOPs are the forward's), so profile_applies is False for every problem: the worker
-    loads the kernel and times nothing for it (tests/test_attention_backward_gpu.py times the backward against
+    loads the kernel and times nothing for it (tests/attention/test_attention_backward_gpu.py times the backward against
     SDPA's)."""
 
     FAMILY = "attention"

@@ -9,7 +9,7 @@ masked rows, LSE) so a planted bug shows its reason.
                                                 [--backend fake [--fault KIND]]   (no GPU: the fake backend)
 
 It runs in this process (no worker isolation: a CUDA fault ends the run). `emitter verify OUT` runs the same
-cases through the family seam with isolation and reports; this module is what tests/test_attention_gpu.py
+cases through the family seam with isolation and reports; this module is what tests/attention/test_attention_gpu.py
 and a person at the GPU use to look at one instance closely.
 """
 

@@ -34,7 +34,7 @@ SMEM_LIMIT = {Arch.sm80: 166912, Arch.sm90a: 232448}
 
 # sizeof(AttentionKernel<16-bit, Sm80, true, Q, KV, kMaxK, false, false>::SharedStorage), by (tile_q, tile_kv,
 # single value iteration = kMaxK <= tile_kv). The size does not depend on the head dim otherwise, nor on f16 vs
-# bf16. Measured with nvcc 13.0 / CUTLASS 4.2 (tests/test_attention_render.py re-measures it when nvcc is
+# bf16. Measured with nvcc 13.0 / CUTLASS 4.2 (tests/attention/test_attention_render.py re-measures it when nvcc is
 # there), and the kernel level static_asserts it, so a CUTLASS whose layout differs fails the compile loudly.
 # The parts: the softmax state (4 * tile_q + tile_q * tile_kv / 32 floats) plus the union of the Q.K^T
 # pipeline, the P tile + V pipeline and the epilogue; the f32 output accumulator of multi-pass kernels

@@ -205,7 +205,7 @@ class SplitPlan:
 
 def split_plan(inst: AttentionInstance, batch: int, heads_q: int, heads_kv: int, seq_q: int, seq_k: int) -> SplitPlan:
     """What a split_kv instance's shim does with a problem (templates/attention/sm90a/device.cu.j2, split_shape,
-    split_count, split_layout; tests/test_attention_anylen.py compares them): one query row with grouped heads
+    split_count, split_layout; tests/attention/test_attention_anylen.py compares them): one query row with grouped heads
     packs the group into one tile's rows; the shares are enough for SPLIT_TARGET_CTAS CTAs, at least
     SPLIT_MIN_TILES key tiles each, at most SPLIT_MAX; the workspace holds a counter per (batch, head, 16 rows)
     and per share the LSE and the normalized O (f32) of every row."""

@@ -1,6 +1,6 @@
 """Run a built attention instance on torch tensors, and the float64 torch reference it is checked against.
 
-A small runner for the GPU tests of the sm90a kernels (tests/test_attention_sm90a_gpu.py) and the attention
+A small runner for the GPU tests of the sm90a kernels (tests/attention/test_attention_sm90a_gpu.py) and the attention
 benchmark (benchmarks/attention_bench.py): the instance's cubin and host shim come from its build record
 (<root>/build/<name>/record.json), the shim fills the Params (TMA descriptors) for a problem made from the
 tensors' shapes and strides, and emitter/kit/launcher.py launches the kernel with the Params by value on

@@ -10,7 +10,7 @@ w. torch.nn.grad.conv2d_input / conv2d_weight are not used: they hand cuDNN a ze
 path (1.3x to 13x slower dgrad on an H100) and made emitter's dgrad look 3x faster than cuDNN when it was 0.67x.
 
 `emitter profile` (families/conv/profile.py), benchmarks/conv_bench.py and the GPU test that guards this
-(tests/test_conv_baseline_gpu.py) all call `torch_conv` below.
+(tests/conv/test_conv_baseline_gpu.py) all call `torch_conv` below.
 """
 
 from __future__ import annotations

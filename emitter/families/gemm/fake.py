@@ -6,7 +6,7 @@ reference.py, inputs.py or layout.py -- not the strided-matrix code (operands ar
 numpy.lib.stride_tricks views built from the problem's leading dimensions and batch strides, with their
 own bounds check), not the dtype codecs (own bf16 / fp8 decoding and round-to-nearest-even encoding), not
 the epilogue activations. A bug on either side therefore shows up as a disagreement instead of cancelling
-out (tests/test_family_seam.py plants one in the reference and sees verify fail).
+out (tests/stages/test_family_seam.py plants one in the reference and sees verify fail).
 
 It computes in the accumulator's precision (float32 for f32/tf32/f16/bf16 accumulators, so tolerances
 are exercised), applies the instance's epilogue, rounds to D's type and writes D's storage.

@@ -9,7 +9,7 @@ resolve() is the gate in front of nvcc: every rule below mirrors a static_assert
 check in the CUTLASS 4.2 headers (cutlass_library/source/include) or the pruning in CUTLASS's own
 generator (cutlass_library/sm90_utils.py), so an accepted instance compiles and a rejected one says
 which rule it broke and what to change. Everything CUTLASS's generator emits for sm90 by default is
-accepted (tests/test_sm90a.py enumerates them with cutlass_library), except mixed-width inputs
+accepted (tests/gemm/test_sm90a.py enumerates them with cutlass_library), except mixed-width inputs
 (e.g. s8 x f16) and f64, which are rejected with a reason.
 """
 
@@ -59,10 +59,10 @@ _ACTIVATION_CPP = {
 
 # per consumer thread (32-bit accumulators). 160 = cooperative 256x160 (cuBLASLt's fp8 320x128 tile holds as many),
 # which nvcc 13.0 compiles with no spill and no serialized wgmma (bf16, and e4m3 with fast accumulation; 2026-11-25,
-# tests/test_sm90a.py COMPILED); 256 (cooperative 256x256, ping-pong 128x256) serializes (C7510 / C7511).
+# tests/gemm/test_sm90a.py COMPILED); 256 (cooperative 256x256, ping-pong 128x256) serializes (C7510 / C7511).
 MAX_ACCUMULATOR_REGISTERS = 160
 # three accumulator sets (f32 + two tensor-core sets) per consumer thread. 216 = cooperative 128x144 (72 a set),
-# which nvcc 13.0 compiles with no spill and no serialized wgmma (2026-11-24; tests/test_sm90a.py COMPILED);
+# which nvcc 13.0 compiles with no spill and no serialized wgmma (2026-11-24; tests/gemm/test_sm90a.py COMPILED);
 # 128x256 (128 a set) spills.
 FP8_OVERLAP_REGISTERS = 216
 FP8_PROMOTION_INTERVAL = 4      # CollectiveMma<MainloopSm90TmaGmmaWarpSpecializedFP8>::Arguments::mma_promotion_interval
@@ -215,7 +215,7 @@ def _auto_stages(inst: GemmInstance) -> int:
 def _kernel_smem(inst: GemmInstance, stages: int) -> int:
     """sizeof(GemmKernel::SharedStorage): pipeline barriers and scheduler, then the epilogue's and the
     mainloop's tiles, each at its swizzle alignment. Matches nvcc for the configurations in
-    tests/test_sm90a.py (checked by the nvcc-marked probe test); never below it."""
+    tests/gemm/test_sm90a.py (checked by the nvcc-marked probe test); never below it."""
     epi_align, epi_tensors = _epilogue_layout(inst)
     tma_epi = inst.epilogue_schedule is EpilogueSchedule.tma
     # the register-A / transposed-B mainloops align each stage to the operand swizzle (up to 1 KiB)

@@ -1,0 +1,404 @@
+"""Any sequence length on the sm90a attention kernels, without a GPU: the run-time rules (every seq_q, seq_k
+>= 1), the default verify problems (odd lengths, one query row, rows that see no key, padded rows), the
+row-by-row verdict of the gapped GPU runs (emitter/families/attention/torch_run.py) catching each planted
+off-by-one for its reason on numpy stand-ins of what the faulty kernel would write, and (`-m nvcc`) the TMA
+descriptors CuTe builds for fixed-length tensors keeping the sequence as a mode of its own whose extent is
+seq_q / seq_k exactly -- what makes TMA zero-fill rows past the end on load and drop them on the O store.
+
+GPU side: tests/attention/test_attention_anylen_gpu.py, scripts/attention_anylen.sh.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from emitter.dtypes import DType
+from emitter.families.attention import runtime as hooks
+from emitter.families.attention import sm90a
+from emitter.families.attention.model import Arch, AttentionInstance, Layout, Mask, Schedule
+from emitter.families.attention.problem import make_problem, not_supported_reasons
+from emitter.families.attention.reference import reference_sequence
+from emitter.families.attention.torch_run import PLANTS, expected_reason, row_verdict
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def sm90a_cfg(mask=Mask.causal_bottom_right, key_tail=True, gqa=True, layout=Layout.bshd, varlen=False, d=128):
+    inst = sm90a.resolve(AttentionInstance(Arch.sm90a, DType.f16, d, d, 128, 128, schedule=Schedule.cooperative,
+                                           mask=mask, key_tail=key_tail, lse=True, gqa=gqa, layout=layout,
+                                           varlen=varlen))
+    assert isinstance(inst, AttentionInstance), inst
+    return hooks.AttentionConfig(name="t", arch="sm90a", instance=inst)
+
+
+# ------------------------------------------------------------------------------------------------ rules
+@pytest.mark.parametrize("sq,sk", [(1, 1), (1001, 1000), (7, 3), (4097, 1), (1, 131072), (197, 197)])
+def test_sm90a_takes_every_length(sq, sk):
+    cfg = sm90a_cfg()
+    p = make_problem(batch=2, heads_q=8, heads_kv=2, seq_q=sq, seq_k=sk, head_dim=128)
+    assert not_supported_reasons(cfg, p) == []
+
+
+def test_sm90a_still_refuses_what_it_cannot_run():
+    tail_off = sm90a_cfg(key_tail=False)
+    p = make_problem(batch=1, heads_q=8, heads_kv=2, seq_q=77, seq_k=77, head_dim=128)
+    assert any("key_tail" in r for r in not_supported_reasons(tail_off, p))
+    bad_stride = make_problem(batch=1, heads_q=8, heads_kv=2, seq_q=77, seq_k=77, head_dim=128, pad=3)
+    assert any("16 bytes" in r for r in not_supported_reasons(sm90a_cfg(), bad_stride))
+
+
+@pytest.mark.parametrize("layout", [Layout.bshd, Layout.bhsd])
+@pytest.mark.parametrize("quick", [True, False])
+def test_default_problems_cover_any_length(layout, quick):
+    cfg = sm90a_cfg(layout=layout)
+    probs = [p for p, _ in hooks.default_problems(cfg, quick=quick)]
+    runnable = [p for p in probs if not not_supported_reasons(cfg, p)]
+    assert runnable == probs, [not_supported_reasons(cfg, p) for p in probs if p not in runnable]
+    assert sum(p.seq_q % 8 != 0 for p in probs) >= 4                 # not multiples of the 16-byte vector
+    assert any(p.seq_q == 1 for p in probs)                          # one query row (decode)
+    assert any(p.seq_q > p.seq_k for p in probs) and any(p.seq_q < p.seq_k for p in probs)
+    assert any(p.seq_q - p.seq_k >= 100 for p in probs)              # bottom-right: many rows without a key
+    assert any(p.pad for p in probs)                                 # LSE padding right after the last row
+    if not quick:
+        assert any(p.seq_q > 2048 and p.seq_q % 8 for p in probs)
+
+
+def test_default_problems_of_varlen_instances_have_odd_longest_sequences():
+    cfg = sm90a_cfg(varlen=True)
+    probs = [p for p, _ in hooks.default_problems(cfg, quick=True)]
+    assert all(not not_supported_reasons(cfg, p) for p in probs)
+    assert any(p.seq_q % 8 for p in probs)
+
+
+# ------------------------------------------------------------------------------------------------ verdict
+def _faulty(mask: str, sq: int, sk: int, plant: str | None, gap: int = 3, seed: int = 0):
+    """What a kernel with `plant` would leave in gapped O / LSE buffers ([b=2, h=4, sq + gap, ...], NaN =
+    unwritten), computed in numpy, and the reference of the true lengths."""
+    rng = np.random.default_rng(seed)
+    b, hq, hkv, d = 2, 4, 2, 16
+    q = rng.standard_normal((b, hq, sq + gap, d))
+    k = rng.standard_normal((b, hkv, sk + gap, d))
+    v = rng.standard_normal((b, hkv, sk + gap, d))
+    tq = sq + 1 if plant == "rows_past_end" else sq - 1 if plant == "last_row_dropped" else sq
+    tk = sk + 1 if plant == "key_past_end" else sk
+    o = np.full((b, hq, sq + gap, d), np.nan)
+    lse = np.full((b, hq, sq + gap), np.nan)
+    want_o = np.zeros((b, hq, sq, d))
+    want_lse = np.zeros((b, hq, sq))
+    for i in range(b):
+        got_o, got_l = reference_sequence(q[i, :, :tq], k[i, :, :tk], v[i, :, :tk], 0.25, mask)
+        o[i, :, :tq] = got_o.astype(np.float16)                       # the kernel's output dtype
+        lse[i, :, :tq] = got_l
+        want_o[i], want_lse[i] = reference_sequence(q[i, :, :sq], k[i, :, :sk], v[i, :, :sk], 0.25, mask)
+    return o, lse, want_o, want_lse
+
+
+@pytest.mark.parametrize("mask", ["none", "causal_top_left", "causal_bottom_right"])
+@pytest.mark.parametrize("sq,sk", [(77, 77), (13, 40), (40, 13), (1, 9)])
+def test_verdict_passes_a_right_kernel_and_catches_each_plant_for_its_reason(mask, sq, sk):
+    o, lse, want_o, want_lse = _faulty(mask, sq, sk, None)
+    v = row_verdict(o, lse, want_o, want_lse, "f16")
+    assert v["status"] == "PASSED", v
+    if mask == "causal_bottom_right" and sq > sk:
+        assert np.isneginf(want_lse).any()                           # rows without keys were checked
+    rows = 2 * 4
+    for plant in PLANTS:
+        if plant == "last_row_dropped" and sq < 2:
+            continue
+        v = row_verdict(*_faulty(mask, sq, sk, plant), "f16")
+        if plant == "key_past_end" and mask == "causal_top_left" and sq <= sk:
+            assert v["status"] == "PASSED", v      # no row reaches key sk: the fault cannot show (GPU plants avoid it)
+            continue
+        assert v["status"] == "FAILED", (plant, v)
+        assert expected_reason(plant, v, rows=rows), (plant, v)
+        others = [p for p in PLANTS if p != plant and (p != "last_row_dropped" or sq >= 2)]
+        assert not any(expected_reason(p, v, rows=rows) for p in others if p != "key_past_end"), (plant, v)
+
+
+@pytest.mark.parametrize("mask", ["none", "causal_top_left", "causal_bottom_right"])
+def test_verdict_without_lse_catches_each_plant_for_its_reason(mask):
+    sq, sk = 77, 5                    # the GPU plants' shape: few keys, so one more shows in O
+    o, _, want_o, want_lse = _faulty(mask, sq, sk, None)
+    assert row_verdict(o, None, want_o, want_lse, "bf16")["status"] == "PASSED"
+    for plant in PLANTS:
+        o, _, want_o, want_lse = _faulty(mask, sq, sk, plant)
+        v = row_verdict(o, None, want_o, want_lse, "bf16")
+        assert v["status"] == "FAILED" and expected_reason(plant, v, rows=8, lse=False), (plant, v)
+    o, lse, want_o, want_lse = _faulty(mask, sq, sk, "rows_past_end")
+    assert row_verdict(o, lse, want_o, want_lse, "f16")["first_stray_row"] == sq
+
+
+def test_verdict_catches_rows_without_keys_written_wrong():
+    o, lse, want_o, want_lse = _faulty("causal_bottom_right", 40, 13, None)
+    empty = np.isneginf(want_lse)
+    assert empty.sum() == 2 * 4 * 27
+    o2 = o.copy()
+    o2[:, :, :40][empty] = 0.5                                       # O not zero where no key is seen
+    assert row_verdict(o2, lse, want_o, want_lse, "f16")["empty_row_errors"] == int(empty.sum())
+    lse2 = lse.copy()
+    lse2[:, :, :40][empty] = np.inf                                   # upstream's +inf marker kept
+    v = row_verdict(o, lse2, want_o, want_lse, "f16")
+    assert v["status"] == "FAILED" and v["empty_row_errors"] == int(empty.sum())
+
+
+# ------------------------------------------------------------------------------------------------ nvcc
+TMA_PROBE = r"""
+// The TMA descriptors of emitter's fixed-length sm90a attention tensors, as CuTe builds them from
+// (seq, dim, (batch, head)) tensors with run-time strides: print each descriptor's dims and strides.
+#include "cute/tensor.hpp"
+#include "cute/atom/copy_traits_sm90_tma.hpp"
+#include "cute/atom/mma_traits_sm90_gmma.hpp"
+#include <cstdio>
+using namespace cute;
+using T = cutlass::half_t;
+
+template<class SLayout, class Tiler>
+void probe(const char* what, int S, int D, int B, int H, bool bshd, SLayout sl, Tiler tiler) {
+  const int s_seq = bshd ? H * D : D, s_batch = bshd ? S * H * D : H * S * D, s_head = bshd ? D : S * D;
+  auto g = make_tensor(make_gmem_ptr(static_cast<T*>(nullptr)),
+                       make_layout(make_shape(S, D, make_shape(B, H)), make_stride(s_seq, _1{}, make_stride(s_batch, s_head))));
+  auto cta_v_map = make_identity_layout(shape(g)).compose(tiler);
+  auto basis = cute::detail::construct_tma_gbasis<T>(g, get_nonswizzle_portion(sl), cta_v_map);
+  cute::array<uint64_t, 5> dims = {1, 1, 1, 1, 1};
+  cute::array<uint64_t, 5> strides = {0, 0, 0, 0, 0};
+  cute::detail::fill_tma_gmem_shape_stride(recast<T>(g), stride(basis), dims, strides);
+  std::printf("%s S=%d D=%d B=%d H=%d %s dims %llu %llu %llu %llu %llu strides %llu %llu %llu %llu %llu\n",
+              what, S, D, B, H, bshd ? "bshd" : "bhsd",
+              (unsigned long long)dims[0], (unsigned long long)dims[1], (unsigned long long)dims[2],
+              (unsigned long long)dims[3], (unsigned long long)dims[4], (unsigned long long)strides[0],
+              (unsigned long long)strides[1], (unsigned long long)strides[2], (unsigned long long)strides[3],
+              (unsigned long long)strides[4]);
+}
+
+int main() {
+  using namespace cute::GMMA;
+  // Q / K tiles (64 or 128 rows x head dim, K-major, the collective's swizzle atoms) and the epilogue's
+  // 64 x 32 D tile
+  auto d32 = tile_to_shape(Layout_K_SW64_Atom<T>{}, make_shape(_64{}, _32{}));
+  auto d64 = tile_to_shape(Layout_K_SW128_Atom<T>{}, make_shape(_64{}, _64{}));
+  auto d128 = tile_to_shape(Layout_K_SW128_Atom<T>{}, make_shape(_128{}, _128{}));
+  for (int S : {1, 7, 77, 197, 4097}) {
+    for (int H : {1, 4}) {
+      for (bool bshd : {true, false}) {
+        probe("tile64x32", S, 32, 3, H, bshd, d32, make_shape(_64{}, _32{}));
+        probe("tile64x64", S, 64, 3, H, bshd, d64, make_shape(_64{}, _64{}));
+        probe("tile128x128", S, 128, 3, H, bshd, d128, make_shape(_128{}, _128{}));
+      }
+    }
+  }
+  return 0;
+}
+"""
+
+
+@pytest.mark.nvcc
+def test_fixed_length_tma_descriptors_bound_the_sequence_exactly(tmp_path):
+    """Every descriptor: dims (head dim, seq, batch, head) with the seq extent exactly S and strides in bytes
+    the tensor's own -- so a box reaching past row S is clipped at S (zero-filled loads, dropped stores), never
+    continued into the next sequence or head (which a seq mode merged with the batch mode would do)."""
+    from emitter.build.nvcc import find_nvcc
+    from emitter.cutlass_path import find_cutlass
+
+    nvcc = find_nvcc()
+    src = tmp_path / "probe.cu"
+    src.write_text(TMA_PROBE)
+    exe = tmp_path / "probe"
+    incs = find_cutlass().include_flags()
+    r = subprocess.run([str(nvcc), "-std=c++17", "--expt-relaxed-constexpr", *incs, "-o", str(exe), str(src)],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-4000:]
+    out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60).stdout.splitlines()
+    assert len(out) == 5 * 2 * 2 * 3
+    for line in out:
+        m = re.match(r"\S+ S=(\d+) D=(\d+) B=(\d+) H=(\d+) (\w+) dims (.*) strides (.*)$", line)
+        assert m, line
+        S, D, B, H = (int(m.group(i)) for i in range(1, 5))
+        dims = [int(x) for x in m.group(6).split()]
+        strides = [int(x) for x in m.group(7).split()]
+        bshd = m.group(5) == "bshd"
+        assert dims[:4] == [D, S, B, H], line
+        s_seq, s_batch, s_head = (H * D, S * H * D, D) if bshd else (D, H * S * D, S * D)
+        assert strides[:4] == [1, s_seq, s_batch, s_head], line     # elements
+
+
+# ------------------------------------------------------------------------------------------------ torch (CPU)
+def _right_kernel(mask):
+    """What a right kernel does with the views it is handed (any strides): the reference of the lengths it is
+    told, written into O and LSE; run_gapped's plants then tell it the wrong lengths."""
+    from emitter.families.attention.torch_run import reference
+
+    def run(q, k, v, o, lse, scale):
+        want_o, want_lse = reference(q, k, v, mask=mask, scale=scale)
+        o.copy_(want_o.to(o.dtype))
+        if lse is not None:
+            lse.copy_(want_lse.float())
+    return run
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+@pytest.mark.parametrize("mask", ["none", "causal_top_left", "causal_bottom_right"])
+@pytest.mark.parametrize("lse", [True, False])
+def test_gapped_runs_catch_each_plant_for_its_reason(layout, mask, lse):
+    """The GPU test's path end to end on the CPU (torch views of the gapped buffers, the kernel's problem
+    struct, the verdict), with a stand-in kernel: clean runs pass, each plant fails for its own reason."""
+    torch = pytest.importorskip("torch")
+    from emitter.families.attention.torch_run import (PLANTS, check_gapped, expected_reason, gapped_tensors,
+                                                      run_gapped)
+
+    kern = _right_kernel(mask)
+    b, hq, hkv, d = 2, 4, 2, 16
+    for sq, sk in ((77, 5), (1, 9), (33, 33)):
+        t = gapped_tensors(b, sq, sk, hq, hkv, d, dtype=torch.bfloat16, layout=layout, lse=lse, device="cpu")
+        run_gapped(kern, t, scale=0.3)
+        v = check_gapped(t, mask, "bf16", scale=0.3)
+        assert v["status"] == "PASSED", (sq, sk, v)
+    sq, sk = 77, 5
+    for plant in PLANTS:
+        t = gapped_tensors(b, sq, sk, hq, hkv, d, dtype=torch.bfloat16, layout=layout, lse=lse, device="cpu", seed=1)
+        run_gapped(kern, t, plant=plant)
+        v = check_gapped(t, mask, "bf16")
+        assert v["status"] == "FAILED" and expected_reason(plant, v, rows=b * hq, lse=lse), (plant, v)
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+def test_gapped_views_make_the_strides_the_shim_checks(layout):
+    torch = pytest.importorskip("torch")
+    from emitter.families.attention.torch_run import GAP, AttentionKernel, gapped_tensors, rows_view
+
+    b, sq, sk, hq, hkv, d = 2, 77, 130, 8, 2, 64
+    t = gapped_tensors(b, sq, sk, hq, hkv, d, dtype=torch.float16, layout=layout, device="cpu")
+    p = AttentionKernel.problem(*(rows_view(t, n, sq if n in ("q", "o", "lse") else sk)
+                                  for n in ("q", "k", "v", "o", "lse")))
+    assert (p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, p.head_dim) == (b, hq, hkv, sq, sk, d)
+    rows_q, rows_k = sq + GAP, sk + GAP
+    if layout == "bshd":
+        assert tuple(p.stride_o) == (rows_q * hq * d, hq * d, d) and tuple(p.stride_k) == (rows_k * hkv * d, hkv * d, d)
+    else:
+        assert tuple(p.stride_o) == (hq * rows_q * d, d, rows_q * d) and tuple(p.stride_k) == (hkv * rows_k * d, d, rows_k * d)
+    assert tuple(p.stride_lse) == (hq * rows_q, rows_q)
+    assert all(s * 2 % 16 == 0 for f in ("stride_q", "stride_k", "stride_v", "stride_o") for s in getattr(p, f))
+
+
+# ------------------------------------------------------------------------------------------------ split KV (decode)
+def split_inst(**kw):
+    base = dict(arch=Arch.sm90a, dtype=DType.bf16, head_dim=128, head_dim_v=128, tile_q=128, tile_kv=128,
+                schedule=Schedule.split_kv, mask=Mask.causal_bottom_right, lse=True, gqa=True)
+    base.update(kw)
+    return AttentionInstance(**base)
+
+
+def test_split_kv_resolves_and_names_itself():
+    from emitter.families.attention.naming import instance_name
+
+    inst = sm90a.resolve(split_inst())
+    assert isinstance(inst, AttentionInstance) and inst.persistent is False and inst.stages == 5
+    assert "_split_kv_" in instance_name(inst)
+    r = sm90a.resolve(split_inst(persistent=True))
+    assert r.rule == "sm90a-split-kv-persistent" and "persistent false" in r.reason
+    r = sm90a.resolve(split_inst(varlen=True))
+    assert r.rule == "sm90a-split-kv-varlen"
+
+
+@pytest.mark.parametrize("args,pack,splits", [
+    ((1, 32, 8, 1, 131072), 4, 33),      # decode, GQA: 8 tiles of 4 query heads, keys over 33 CTAs each
+    ((1, 32, 8, 16, 32768), 1, 9),       # 16 query rows: not packed
+    ((64, 32, 8, 1, 4096), 4, 1),        # 512 CTAs already: no split, no workspace
+    ((2, 8, 2, 4097, 4097), 1, 1),       # prefill
+    ((1, 8, 8, 1, 1000), 1, 2),          # 8 key tiles: two shares of 4 (not 33 for the SMs)
+])
+def test_split_plan(args, pack, splits):
+    plan = sm90a.split_plan(sm90a.resolve(split_inst()), *args)
+    assert (plan.pack, plan.splits) == (pack, splits)
+    assert (plan.workspace_bytes > 0) == (splits > 1)
+
+
+def _render(inst, name="anylen_split"):
+    from emitter.render import banner, render_template
+
+    r = sm90a.resolve(inst)
+    return render_template("attention/sm90a/instance.cu.j2", inst=r, name=name, ctx=sm90a.template_context(r),
+                           banner=banner("t.yaml", "0" * 64))
+
+
+def test_split_kv_render():
+    text = _render(split_inst())
+    for words in ("struct SplitLoad", "struct SplitProblem", "split_of(blk_coord, params, problem_size)",
+                  "static int bind_split", "cudaMemsetAsync", "* args.mainloop.splits", "atomicAdd(counter, 1)",
+                  "kLoadsQSeparately, cute::true_type", "using TileScheduler = cutlass::fmha::kernel::IndividualTileScheduler"):
+        assert words in text, words
+    plain = _render(split_inst(schedule=Schedule.cooperative))
+    assert "SplitProblem" not in plain and "bind_split" not in plain and "workspace_bytes = Device" not in plain
+
+
+def test_compiled_plants_find_their_text(tmp_path):
+    """Each bug the GPU test plants into a rendered instance (torch_run.COMPILED_PLANTS) finds its text exactly
+    once in an instance of configs/attention/sm90a_anylen.yaml that it applies to."""
+    import json
+
+    from emitter.emit import emit
+    from emitter.families.attention.torch_run import COMPILED_PLANTS
+
+    emit([str(ROOT / "configs" / "attention" / "sm90a_anylen.yaml")], tmp_path, jobs=1)
+    entries = json.loads((tmp_path / "manifest.json").read_text())["instances"]
+    for kind, pick, edits in COMPILED_PLANTS:
+        bases = [e for e in entries if pick(e["config"])]
+        assert bases, f"{kind}: no instance of sm90a_anylen.yaml to plant into"
+        for e in bases:
+            text = (tmp_path / e["source"]).read_text()
+            for old, _ in edits:
+                assert text.count(old) == 1, (kind, e["name"], old)
+
+
+@pytest.mark.nvcc
+def test_split_kv_instance_builds_and_plans_like_python(tmp_path):
+    """A split_kv instance through emit + build (device cubin and host shim, -DNDEBUG, no serialized wgmma);
+    its shim, asked without a GPU, packs, splits and sizes the workspace as sm90a.split_plan says."""
+    import ctypes
+    import json
+    import sys
+
+    spec = tmp_path / "split.yaml"
+    spec.write_text("kernels:\n  - family: attention\n    arch: sm90a\n    dtype: bf16\n    head_dim: 128\n"
+                    "    tile: 128x128\n    schedule: split_kv\n    mask: causal_bottom_right\n    lse: true\n"
+                    "    gqa: true\n")
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, "-m", "emitter", "emit", str(spec), "-o", str(out)], capture_output=True,
+                       text=True, cwd=ROOT, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = subprocess.run([sys.executable, "-m", "emitter", "build", str(out), "-j", "1", "--no-progress"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=1800)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    [entry] = json.loads((out / "manifest.json").read_text())["instances"]
+    name = entry["name"]
+    record = json.loads((out / "build" / name / "record.json").read_text())
+    assert record["status"] in ("ok", "cached") and not record.get("serialized_wgmma")
+
+    from emitter.families.attention.abi import AttentionShim, EmitterAttentionProblem
+    shim = AttentionShim(out / record["artifacts"]["host"], name)
+    reason = getattr(shim.lib, f"emitter_{name}_reason")
+    reason.restype = ctypes.c_char_p
+    inst = AttentionInstance.from_config(entry["config"])
+    for b, hq, hkv, sq, sk in ((1, 32, 8, 1, 131072), (1, 32, 8, 16, 32768), (8, 32, 8, 1, 8192), (2, 8, 2, 4097, 4097),
+                               (3, 8, 2, 1, 77), (1, 8, 1, 1, 1), (4, 64, 8, 3, 5000)):
+        p = EmitterAttentionProblem(batch=b, heads_q=hq, heads_kv=hkv, seq_q=sq, seq_k=sk, head_dim=128, head_dim_v=128)
+        status, launch = shim.query(p)
+        assert status == 0, reason()
+        assert launch.workspace_bytes == sm90a.split_plan(inst, b, hq, hkv, sq, sk).workspace_bytes, (b, hq, hkv, sq, sk)
+
+
+def test_library_dispatch_puts_split_kv_first_for_decode_only():
+    from emitter.families.attention.library import DECODE_SEQ, AttentionKernel, candidates
+
+    def k(i, schedule):
+        return AttentionKernel(i, f"k{i}", sm90a.resolve(split_inst(schedule=schedule, mask=Mask.none)), 1)
+    ks = [k(0, Schedule.cooperative), k(1, Schedule.split_kv), k(2, Schedule.pingpong)]
+    q = dict(dtype=1, head_dim=128, head_dim_v=128, mask=0, varlen=False, heads_q=32, heads_kv=8, seq_k=32768, lse=True)
+    for sq in (1, 7, DECODE_SEQ):
+        assert [c.index for c in candidates(ks, cc=90, seq_q=sq, **q)][0] == 1
+    for sq in (DECODE_SEQ + 1, 4096):
+        assert [c.index for c in candidates(ks, cc=90, seq_q=sq, **q)][-1] == 1

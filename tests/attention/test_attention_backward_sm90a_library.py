@@ -1,0 +1,123 @@
+"""The sm90a attention backward in the exported library, without a GPU: `emitter library` takes sm90a backward
+instances beside sm80 ones (their translation units in the sm90a CMake group), and the C API's dispatch, compiled
+with g++ against the stand-in CUDA runtime (an sm_90 device) and fake shims, runs the sm90a kernel where it
+computes the problem (f16, with or without GQA) and the sm80 kernel otherwise (deterministic asked, a refusing
+sm90a shim); bf16 finds none here."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _helpers import GEMM_SPEC  # noqa: E402
+from test_attention_backward_library import _FAKE_BACKWARD, _MAIN, CXX, bnames, export  # noqa: E402
+from test_library import _FAKE_CUDA, _FAKE_KERNELS, _compile  # noqa: E402
+
+LIB = "bwlib"     # _MAIN and _FAKE_BACKWARD are written for this library name
+SPEC = """\
+  - family: attention
+    op: forward
+    arch: sm80
+    dtype: f16
+    head_dim: 64
+    tile: 64x64
+    mask: causal_top_left
+    lse: true
+    gqa: true
+  - family: attention
+    op: backward
+    arch: sm80
+    dtype: f16
+    head_dim: 64
+    tile: 64x64
+    mask: causal_top_left
+    gqa: true
+    deterministic: [true, false]
+  - family: attention
+    op: backward
+    arch: sm90a
+    dtype: f16
+    head_dim: 64
+    tile: [64x128, 128x128]
+    mask: causal_top_left
+    gqa: true
+    deterministic: false
+"""
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory):
+    if CXX is None:
+        pytest.skip("needs a host C++ compiler")
+    d = tmp_path_factory.mktemp("bw90lib")
+    r = export(d, GEMM_SPEC + SPEC, LIB)
+    out = d / "lib"
+    fake = d / "fake"
+    fake.mkdir(exist_ok=True)
+    (fake / "cuda_runtime_api.h").write_text(_FAKE_CUDA)
+    rows = "\n".join(f"  {{&query<{k.index}>, &run<{k.index}>}}," for k in r.kernels)
+    (fake / "fake_kernels.cpp").write_text(_FAKE_KERNELS.format(lib=LIB, rows=rows))
+    names = bnames(out)
+    defs = "\n".join(
+        f'extern "C" int {LIB}_ab_{n}_query(const emitter_attention_backward_problem* p, emitter_launch* o) '
+        f"{{ return bquery_({i}, p, o); }}\n"
+        f'extern "C" int {LIB}_ab_{n}_run(const emitter_attention_backward_problem* p, void* w, void* s, int* c) '
+        f"{{ return brun_({i}, p, w, s, c); }}" for i, n in enumerate(names))
+    (fake / "fake_backward.cpp").write_text(_FAKE_BACKWARD % {"defs": defs})
+    (fake / "main.cpp").write_text(_MAIN % {"lib": LIB})
+    exe = d / "bapi"
+    _compile([f"-I{fake}", f"-I{out / 'include'}", f"-I{out / 'src'}", "-Wno-unused-parameter",
+              str(out / f"src/{LIB}_api.cpp"), str(out / f"src/{LIB}_table.cpp"), str(fake / "fake_kernels.cpp"),
+              str(fake / "fake_backward.cpp"), str(fake / "main.cpp"), "-o", str(exe)])
+
+    def run(cases: list[dict]) -> list[dict]:
+        lines = []
+        for c in cases:
+            v = [c.get("dtype", 1), c.get("mask", 1), c.get("batch", 2), c.get("hq", 8), c.get("hkv", 8),
+                 c.get("sq", 100), c.get("sk", 130), c.get("d", 64), c.get("det", 0), c.get("lse", 1),
+                 c.get("dq_seq", 0), c.get("refuse", 0), c.get("dq_ptr", 7 << 36)]
+            lines.append(" ".join(map(str, v)) + f" {c.get('kernel', '-')}")
+        res = subprocess.run([str(exe)], input="\n".join(lines) + "\n", capture_output=True, text=True, check=True)
+        out_ = []
+        for line in res.stdout.splitlines():
+            head, _, msg = line.partition(" | ")
+            nums = [int(x) for x in head.split()]
+            out_.append({"status": nums[0], "run": nums[1], "message": msg})
+        return out_
+
+    run.names = names
+    run.out = out
+    return run
+
+
+def test_export_puts_the_sm90a_backward_in_the_sm90a_group(api):
+    names = api.names
+    assert sum(n.startswith("attn_bwd_sm90a_") for n in names) == 2 and len(names) == 4
+    cmake = (api.out / "CMakeLists.txt").read_text()
+    # each arch's translation units in its own CMake group (the sm90a group builds for 90a)
+    groups = {arch: cmake.split(f"set(_{LIB}_sources_{arch}\n")[1].split(")")[0] for arch in ("sm80", "sm90a")}
+    for n in names:
+        arch = "sm90a" if n.startswith("attn_bwd_sm90a_") else "sm80"
+        for tu in (f"src/attention/{n}.launch.cu", f"src/attention/{n}.shim.cu"):
+            assert tu in groups[arch] and tu not in groups[{"sm80": "sm90a", "sm90a": "sm80"}[arch]], (n, tu)
+    assert f'set(_{LIB}_default_sm90a "90a")' in cmake
+
+
+def test_dispatch_prefers_sm90a_where_it_computes_the_problem(api):
+    idx = {n: i for i, n in enumerate(api.names)}
+    s90_small = idx["attn_bwd_sm90a_f16_d64_64x128_causaltl_bshd_gqa"]
+    s90_big = idx["attn_bwd_sm90a_f16_d64_128x128_causaltl_bshd_gqa"]
+    s80 = idx["attn_bwd_sm80_f16_d64_64x64_causaltl_bshd_gqa"]
+    s80_det = idx["attn_bwd_sm80_f16_d64_64x64_causaltl_bshd_gqa_det"]
+    r = api([dict(), dict(sq=1000, sk=1000), dict(hkv=2), dict(det=1), dict(refuse=(1 << s90_small) | (1 << s90_big)),
+             dict(dtype=2)])
+    assert r[0]["status"] == 0 and r[0]["run"] == s90_small, r[0]       # MHA f16: the sm90a kernel
+    assert r[1]["status"] == 0 and r[1]["run"] == s90_big, r[1]         # long: the larger sm90a tile first
+    assert r[2]["status"] == 0 and r[2]["run"] == s90_small, r[2]       # GQA: the sm90a kernel too
+    assert r[3]["status"] == 0 and r[3]["run"] == s80_det, r[3]         # deterministic asked: only sm80's
+    assert r[4]["status"] == 0 and r[4]["run"] == s80, r[4]             # the sm90a shims refuse: the next one
+    assert r[5]["status"] != 0 and "no attention backward kernel" in r[5]["message"], r[5]   # bf16: none here
