@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 
 import pytest
+from backward_gpu_common import median_ms, plant_bugs, report, run_planted, verdict_line
 
 pytestmark = pytest.mark.gpu
 
@@ -34,22 +35,6 @@ PLANTS = [
 ]
 
 
-def plant_bugs(root: Path, real: list[dict]) -> list[dict]:
-    by_name = {e["name"]: e for e in real}
-    planted = []
-    for kind, base_name, edits in PLANTS:
-        base = by_name[base_name]
-        text = (root / base["source"]).read_text()
-        for old, new in edits:
-            assert old in text, f"planting {kind}: {base_name}.cu no longer contains {old!r}"
-            text = text.replace(old, new, 1)
-        name = f"{base_name}_bug_{kind}"
-        text = text.replace(base_name, name)
-        (root / f"{name}.cu").write_text(text)
-        planted.append({**base, "name": name, "source": f"{name}.cu", "planted": kind})
-    return planted
-
-
 @pytest.fixture(scope="session")
 def suite(tmp_path_factory):
     from emitter.build import BuildOptions, build
@@ -62,7 +47,7 @@ def suite(tmp_path_factory):
     data = load(root)
     real = [e for e in data["instances"] if "planted" not in e and e["config"].get("op") == "backward"]
     forward = [e for e in data["instances"] if "planted" not in e and e["config"].get("op") != "backward"]
-    planted = plant_bugs(root, real)
+    planted = plant_bugs(root, real, PLANTS)
     data["instances"] = real + forward + planted
     write(root, data)
     extra = tuple(os.environ.get("EMITTER_ATTN_BWD_GENCODE", "-gencode=arch=compute_90,code=sm_90").split())
@@ -71,22 +56,6 @@ def suite(tmp_path_factory):
     from emitter.families.attention.runner import Runner
 
     return root, real, {p["planted"]: p for p in planted}, records, Runner(root, device_reference=True)
-
-
-def _report(name: str, data) -> None:
-    d = os.environ.get("EMITTER_GPU_REPORTS")
-    if d:
-        Path(d).mkdir(parents=True, exist_ok=True)
-        (Path(d) / f"attention_backward_{name}.json").write_text(json.dumps(data, indent=1, default=str))
-
-
-def _line(v) -> str:
-    errs = " ".join(f"{k} {x:.1e}" for k, x in (v.get("errors") or {}).items())
-    word = {"PASSED": "PASS", "FAILED": "FAIL", "SKIPPED": "SKIP"}.get(v["status"], v["status"])
-    text = f"{word} {v['instance']} [{v['label']}] {errs}"
-    if v["status"] != "PASSED":
-        text += f": {v.get('reason', '')} tensors={v.get('failed_tensors')} heads={v.get('failed_heads')}"
-    return text
 
 
 def test_every_instance_builds(suite):
@@ -107,11 +76,11 @@ def test_default_problems_pass_on_every_instance(suite):
             v["config"] = entry["config"]
             v["problem_obj"] = p.to_dict()
             verdicts.append(v)
-            print(_line(v))
-    _report("default", verdicts)
+            print(verdict_line(v))
+    report("attention_backward", "default", verdicts)
     counts = {s: sum(v["status"] == s for v in verdicts) for s in ("PASSED", "FAILED", "SKIPPED")}
     print(f"attention backward verify: {len(verdicts)} cases, {counts}")
-    bad = [_line(v) for v in verdicts if v["status"] != "PASSED"]
+    bad = [verdict_line(v) for v in verdicts if v["status"] != "PASSED"]
     assert not bad, "\n".join(bad)
 
     def seen(pred):
@@ -145,36 +114,23 @@ def test_deterministic_instance_repeats_bit_for_bit(suite):
         assert np.array_equal(a["outputs"][g].view(np.uint16), b["outputs"][g].view(np.uint16)), g
 
 
-def _run(suite, kind: str, base: bool = False, **problem):
-    from emitter.families.attention.problem import make_problem
-
-    root, real, planted, records, runner = suite
-    entry = planted[kind]
-    if base:
-        entry = next(e for e in real if e["name"] == entry["name"].split("_bug_")[0])
-    else:
-        assert records[entry["name"]].status != "failed", f"the planted {kind} variant must build"
-    v = runner.run_case(entry, make_problem(**problem), "normal", seed=7)
-    print(_line(v))
-    return v
-
 
 def test_planted_wrong_kv_head(suite):
     prob = dict(batch=1, heads_q=8, heads_kv=2, seq_q=77, seq_k=90, head_dim=128, scale=0.3)
-    assert _run(suite, "wrong_kv_head", base=True, **prob)["status"] == "PASSED"
-    v = _run(suite, "wrong_kv_head", **prob)
+    assert run_planted(suite, "wrong_kv_head", base=True, **prob)["status"] == "PASSED"
+    v = run_planted(suite, "wrong_kv_head", **prob)
     assert v["status"] == "FAILED" and v["failed_tensors"] == ["dk"] and v["failed_heads"]["dk"] == [0, 1], v
 
 
 def test_planted_mask_off_by_one(suite):
     prob = dict(batch=2, heads_q=8, heads_kv=2, seq_q=100, seq_k=101, head_dim=128)
-    assert _run(suite, "mask_off_by_one", base=True, **prob)["status"] == "PASSED"
-    v = _run(suite, "mask_off_by_one", **prob)
+    assert run_planted(suite, "mask_off_by_one", base=True, **prob)["status"] == "PASSED"
+    v = run_planted(suite, "mask_off_by_one", **prob)
     # every row sees one key it must not: failures only in rows the mask hides keys of, and the last key (no
     # query may see it) gets a gradient
     assert v["status"] == "FAILED" and v["failed_full_rows"] == 0 and v["unseen_key_rows"] > 0, v
     # the two masks agree when seq_q = seq_k: nothing to see
-    assert _run(suite, "mask_off_by_one", **{**prob, "seq_k": 100})["status"] == "PASSED"
+    assert run_planted(suite, "mask_off_by_one", **{**prob, "seq_k": 100})["status"] == "PASSED"
 
 
 # ------------------------------------------------------------------------------------------------ speed
@@ -187,20 +143,6 @@ KERNELS = {(128, False): ["attn_bwd_sm80_bf16_d128_128x128_nomask_bshd_gqa", "at
                          "attn_bwd_sm80_bf16_d128_128x64_causaltl_bshd_gqa"],
            (64, False): ["attn_bwd_sm80_bf16_d64_64x64_nomask_bshd_gqa", "attn_bwd_sm80_bf16_d64_128x128_nomask_bshd_gqa"],
            (64, True): ["attn_bwd_sm80_bf16_d64_64x64_causaltl_bshd_gqa", "attn_bwd_sm80_bf16_d64_128x128_causaltl_bshd_gqa"]}
-
-
-def _median_ms(torch, fn, reps: int = 20) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return sorted(times)[len(times) // 2]
 
 
 def test_speed_table(suite):
@@ -255,7 +197,7 @@ def test_speed_table(suite):
                 ws.zero_()                       # what each call's initialize does (locks, GQA counters)
                 fn.launch(grid, block, shared, stream, packed)
 
-            ms = _median_ms(torch, ours)
+            ms = median_ms(torch, ours)
             ours()
             torch.cuda.synchronize()
             timed.append((ms, name, grid, grads))
@@ -268,7 +210,7 @@ def test_speed_table(suite):
             with sdpa_kernel(backend):
                 out_b = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
             dot = do.transpose(1, 2)
-            base[name] = _median_ms(torch, lambda: torch.autograd.grad(out_b, (qt, kt, vt), dot, retain_graph=True))
+            base[name] = median_ms(torch, lambda: torch.autograd.grad(out_b, (qt, kt, vt), dot, retain_graph=True))
             if name == "cudnn":
                 ref = torch.autograd.grad(out_b, (qt, kt, vt), dot, retain_graph=True)
         agree = {}
@@ -292,7 +234,7 @@ def test_speed_table(suite):
     geo = lambda key: math.exp(sum(math.log(r[key]) for r in rows) / len(rows))   # noqa: E731
     print(f"geomean x cuDNN {geo('vs_cudnn'):.2f}, x FA2 {geo('vs_flash'):.2f} on {rows[0]['gpu']} (TFLOP/s = 2.5 x "
           f"forward FLOPs / time, bf16)")
-    _report("speed", rows)
+    report("attention_backward", "speed", rows)
     for r in rows:
         assert all(x < 1e-1 for x in r["max_rel_vs_cudnn"].values()), r
 
@@ -375,6 +317,6 @@ def test_training_step_matches_torch(suite):
     print(f"{'gradient':16} {'emitter':>9} {'torch':>9}   (max |g - g64| / max |g64|)")
     for n, e_, t_ in rows:
         print(f"{n:16} {e_:9.2e} {t_:9.2e}")
-    _report("training_step", {"loss": [loss64, loss_t, loss_e], "rows": rows})
+    report("attention_backward", "training_step", {"loss": [loss64, loss_t, loss_e], "rows": rows})
     bad = [(n, e_, t_) for n, e_, t_ in rows if not e_ <= 2 * t_ + 1e-3]
     assert not bad, bad

@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 
 import pytest
+from backward_gpu_common import median_ms, plant_bugs, report, run_planted, verdict_line
 
 pytestmark = pytest.mark.gpu
 
@@ -33,22 +34,6 @@ PLANTS = [
 ]
 
 
-def plant_bugs(root: Path, real: list[dict]) -> list[dict]:
-    by_name = {e["name"]: e for e in real}
-    planted = []
-    for kind, base_name, edits in PLANTS:
-        base = by_name[base_name]
-        text = (root / base["source"]).read_text()
-        for old, new in edits:
-            assert old in text, f"planting {kind}: {base_name}.cu no longer contains {old!r}"
-            text = text.replace(old, new, 1)
-        name = f"{base_name}_bug_{kind}"
-        text = text.replace(base_name, name)
-        (root / f"{name}.cu").write_text(text)
-        planted.append({**base, "name": name, "source": f"{name}.cu", "planted": kind})
-    return planted
-
-
 @pytest.fixture(scope="session")
 def suite(tmp_path_factory):
     from emitter.build import BuildOptions, build
@@ -61,7 +46,7 @@ def suite(tmp_path_factory):
     data = load(root)
     real = [e for e in data["instances"] if "planted" not in e and e["config"].get("op") == "backward"]
     forward = [e for e in data["instances"] if "planted" not in e and e["config"].get("op") != "backward"]
-    planted = plant_bugs(root, real)
+    planted = plant_bugs(root, real, PLANTS)
     data["instances"] = real + forward + planted
     write(root, data)
     summary = build(root, options=BuildOptions(jobs=16))
@@ -69,22 +54,6 @@ def suite(tmp_path_factory):
     from emitter.families.attention.runner import Runner
 
     return root, real, {p["planted"]: p for p in planted}, records, Runner(root, device_reference=True)
-
-
-def _report(name: str, data) -> None:
-    d = os.environ.get("EMITTER_GPU_REPORTS")
-    if d:
-        Path(d).mkdir(parents=True, exist_ok=True)
-        (Path(d) / f"attention_backward_sm90a_{name}.json").write_text(json.dumps(data, indent=1, default=str))
-
-
-def _line(v) -> str:
-    errs = " ".join(f"{k} {x:.1e}" for k, x in (v.get("errors") or {}).items())
-    word = {"PASSED": "PASS", "FAILED": "FAIL", "SKIPPED": "SKIP"}.get(v["status"], v["status"])
-    text = f"{word} {v['instance']} [{v['label']}] {errs}"
-    if v["status"] != "PASSED":
-        text += f": {v.get('reason', '')} tensors={v.get('failed_tensors')} heads={v.get('failed_heads')}"
-    return text
 
 
 def test_every_instance_builds(suite):
@@ -105,11 +74,11 @@ def test_default_problems_pass_on_every_instance(suite):
             v["config"] = entry["config"]
             v["problem_obj"] = p.to_dict()
             verdicts.append(v)
-            print(_line(v))
-    _report("default", verdicts)
+            print(verdict_line(v))
+    report("attention_backward_sm90a", "default", verdicts)
     counts = {s: sum(v["status"] == s for v in verdicts) for s in ("PASSED", "FAILED", "SKIPPED")}
     print(f"sm90a attention backward verify: {len(verdicts)} cases, {counts}")
-    bad = [_line(v) for v in verdicts if v["status"] != "PASSED"]
+    bad = [verdict_line(v) for v in verdicts if v["status"] != "PASSED"]
     assert not bad, "\n".join(bad)
 
     def seen(pred):
@@ -172,24 +141,11 @@ def test_repeated_launches_reuse_the_workspace(suite):
             assert float((other[g] - ref).abs().max()) <= 1e-2 * float(ref.abs().max()), g
 
 
-def _run(suite, kind: str, base: bool = False, **problem):
-    from emitter.families.attention.problem import make_problem
-
-    root, real, planted, records, runner = suite
-    entry = planted[kind]
-    if base:
-        entry = next(e for e in real if e["name"] == entry["name"].split("_bug_")[0])
-    else:
-        assert records[entry["name"]].status != "failed", f"the planted {kind} variant must build"
-    v = runner.run_case(entry, make_problem(**problem), "normal", seed=7)
-    print(_line(v))
-    return v
-
 
 def test_planted_mask_off_by_one(suite):
     prob = dict(batch=2, heads_q=4, heads_kv=4, seq_q=100, seq_k=101, head_dim=64)
-    assert _run(suite, "mask_off_by_one", base=True, **prob)["status"] == "PASSED"
-    v = _run(suite, "mask_off_by_one", **prob)
+    assert run_planted(suite, "mask_off_by_one", base=True, **prob)["status"] == "PASSED"
+    v = run_planted(suite, "mask_off_by_one", **prob)
     # every row sees one key it must not: failures only in rows the mask hides keys of, and the last key (no
     # query may see it) gets a gradient
     assert v["status"] == "FAILED" and v["failed_full_rows"] == 0 and v["unseen_key_rows"] > 0, v
@@ -197,8 +153,8 @@ def test_planted_mask_off_by_one(suite):
 
 def test_planted_no_scale_ds(suite):
     prob = dict(batch=1, heads_q=4, heads_kv=4, seq_q=77, seq_k=90, head_dim=64, scale=0.3)
-    assert _run(suite, "no_scale_ds", base=True, **prob)["status"] == "PASSED"
-    v = _run(suite, "no_scale_ds", **prob)
+    assert run_planted(suite, "no_scale_ds", base=True, **prob)["status"] == "PASSED"
+    v = run_planted(suite, "no_scale_ds", **prob)
     assert v["status"] == "FAILED" and v["failed_tensors"] == ["dq", "dk"], v      # dV = P^T dO has no dS
 
 
@@ -211,20 +167,6 @@ KERNELS = {(128, False): ["attn_bwd_sm90a_f16_d128_64x128_nomask_bshd_gqa"],
            (128, True): ["attn_bwd_sm90a_f16_d128_64x128_causaltl_bshd_gqa"],
            (64, False): ["attn_bwd_sm90a_f16_d64_64x128_nomask_bshd", "attn_bwd_sm90a_f16_d64_128x128_nomask_bshd"],
            (64, True): ["attn_bwd_sm90a_f16_d64_64x128_causaltl_bshd", "attn_bwd_sm90a_f16_d64_128x128_causaltl_bshd"]}
-
-
-def _median_ms(torch, fn, reps: int = 20) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return sorted(times)[len(times) // 2]
 
 
 def test_speed_table(suite):
@@ -283,7 +225,7 @@ def test_speed_table(suite):
                 ws[:counters].zero_()            # what each call's initialize does
                 fn.launch(grid, block, shared, stream, packed)
 
-            ms = _median_ms(torch, ours)
+            ms = median_ms(torch, ours)
             for x in grads.values():
                 x.fill_(float("nan"))
             fn.launch(grid, block, shared, stream, packed)   # no counter reset: the last launch left them zero
@@ -298,7 +240,7 @@ def test_speed_table(suite):
             with sdpa_kernel(backend):
                 out_b = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
             dot = do.transpose(1, 2)
-            base[bname] = _median_ms(torch, lambda: torch.autograd.grad(out_b, (qt, kt, vt), dot, retain_graph=True))
+            base[bname] = median_ms(torch, lambda: torch.autograd.grad(out_b, (qt, kt, vt), dot, retain_graph=True))
             if bname == "cudnn":
                 ref = torch.autograd.grad(out_b, (qt, kt, vt), dot, retain_graph=True)
         agree = {}
@@ -320,7 +262,7 @@ def test_speed_table(suite):
     geo = lambda key: math.exp(sum(math.log(r[key]) for r in rows) / len(rows))   # noqa: E731
     print(f"geomean x cuDNN {geo('vs_cudnn'):.2f}, x FA2 {geo('vs_flash'):.2f} on {rows[0]['gpu']} (TFLOP/s = 2.5 x "
           f"forward FLOPs / time, f16)")
-    _report("speed", rows)
+    report("attention_backward_sm90a", "speed", rows)
     for r in rows:
         assert all(x < 2e-2 for x in r["max_rel_vs_cudnn"].values()), r
 
@@ -395,6 +337,6 @@ def test_training_step_matches_torch(suite):
     print(f"\n{'gradient':16} {'emitter':>9} {'torch':>9}   (max |g - g64| / max |g64|, f16, sm90a forward + backward)")
     for n, e_, t_ in rows:
         print(f"{n:16} {e_:9.2e} {t_:9.2e}")
-    _report("training_step", rows)
+    report("attention_backward_sm90a", "training_step", rows)
     bad = [(n, e_, t_) for n, e_, t_ in rows if not e_ <= 2 * t_ + 1e-3]
     assert not bad, bad
