@@ -1,4 +1,4 @@
-"""Pieces the exported-library tests share (test_library, test_loader, the attention and conv library tests):
+"""Pieces the exported-library tests share (library_helpers, test_loader, the attention and conv library tests):
 the two GEMM kernels every exported library holds (one per arch group), and loading an exported tree's
 generated Python module with its torch hooks pointed at stand-ins.
 
@@ -32,7 +32,7 @@ GEMM_SM90A_ENTRY = """\
     stages: auto
     schedule: {kernel: pingpong}
 """
-# The pair with the sm80 kernel's swizzle 8: test_library.py's SM80 / SM90A instance names.
+# The pair with the sm80 kernel's swizzle 8: library_helpers.py's SM80 / SM90A instance names.
 GEMM_SPEC = "kernels:\n" + GEMM_SM80_ENTRY + "    swizzle: 8\n" + GEMM_SM90A_ENTRY
 # The same pair without the swizzle (the conv library tests' GEMM kernels).
 GEMM_SPEC_NO_SWIZZLE = "kernels:\n" + GEMM_SM80_ENTRY + GEMM_SM90A_ENTRY

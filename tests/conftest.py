@@ -10,7 +10,7 @@ from tests._helpers import NVCC_REQUIRED as _NVCC_REQUIRED, nvcc_path
 ROOT = Path(__file__).resolve().parent.parent
 
 # The tests live in one folder per family plus stages/, and some import another folder's test module by its bare
-# name (`from test_library import SPEC`); pytest only puts a test's own folder on sys.path, and only once it
+# name (`from test_library import _run`); pytest only puts a test's own folder on sys.path, and only once it
 # collects that folder, so every folder goes on it here (test file names stay unique across the folders).
 TEST_FOLDERS = ("gemm", "attention", "conv", "stages")
 for _folder in reversed(TEST_FOLDERS):

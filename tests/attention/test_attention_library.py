@@ -18,7 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _helpers import ATTENTION_SM80_VARLEN_ENTRY, GEMM_SPEC  # noqa: E402
-from test_library import _FAKE_CUDA, _FAKE_KERNELS, _compile  # noqa: E402
+from library_helpers import _FAKE_CUDA, _FAKE_KERNELS, _compile  # noqa: E402
 
 LIB = "attlib"
 ATTENTION_SPEC = """\

@@ -29,7 +29,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _helpers import CONV_SM80_F16_ENTRY, GEMM_SPEC_NO_SWIZZLE, load_module  # noqa: E402
-from test_library import _FAKE_CUDA  # noqa: E402
+from library_helpers import _FAKE_CUDA  # noqa: E402
 from test_loader import DT, FakeTensor, contiguous  # noqa: E402
 
 hypothesis = pytest.importorskip("hypothesis")

@@ -1,5 +1,5 @@
 """The exported library's C API refuses batch strides that make D's matrices overlap (issue 25 must-have 6):
-api.cpp compiled with g++ against a stand-in CUDA runtime and fake shims (as tests/stages/test_library.py does),
+api.cpp compiled with g++ against a stand-in CUDA runtime and fake shims (as tests/gemm/test_gemm_library.py does),
 checked against a brute-force count of D's addresses on random and hand-picked layouts."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from test_library import _FAKE_CUDA, _FAKE_KERNELS, SPEC, _compile  # noqa: E402
+from library_helpers import _FAKE_CUDA, _FAKE_KERNELS, SPEC, _compile  # noqa: E402
 
 _MAIN = r"""
 #include <cstdio>
@@ -192,7 +192,7 @@ def test_tuning_tables_not_measured_on_a_gpu_are_refused_unless_forced(tmp_path)
     from emitter.emit import emit
     from emitter.library.export import export_library
     from emitter.kit.tuning import TuningError
-    from test_library import SM90A
+    from library_helpers import SM90A
 
     spec = tmp_path / "tiny.yaml"
     spec.write_text(SPEC)

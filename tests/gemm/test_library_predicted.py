@@ -1,7 +1,7 @@
 """GEMM library dispatch between profiled shapes (emitter/families/gemm/library_dispatch.py step 4 and options_fit):
 every kernel's time per profiled shape, from the profile.json beside the tuning table, ranks the candidates by
 predicted time; a record's run-time scheduler options run only where they cost no tile padding. The C++ twin is
-checked against these in tests/stages/test_library.py (test_cpp_dispatch_matches_python, the fake-CUDA API test)."""
+checked against these in tests/gemm/test_gemm_library.py (test_cpp_dispatch_matches_python, the fake-CUDA API test)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from emitter.families.gemm.library_dispatch import (Candidate, Query, candidate_
 from emitter.library.export import export_library
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from test_library import _cfg, _write_manifest  # noqa: E402
+from library_helpers import _cfg, _write_manifest  # noqa: E402
 
 SWZ8 = 4   # options: max swizzle 8 (emitter.kit.scheduler)
 

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _helpers import fake_devices, load_module  # noqa: E402
-from test_library import SPEC  # noqa: E402
+from library_helpers import SPEC  # noqa: E402
 
 LIB = "fakelib"
 CC = shutil.which("gcc") or shutil.which("cc")

@@ -14,7 +14,7 @@ from emitter.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from test_library import SPEC  # noqa: E402
+from library_helpers import SPEC  # noqa: E402
 
 
 def run(*args) -> tuple[int, str]:

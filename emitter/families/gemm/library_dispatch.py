@@ -8,7 +8,7 @@ The exported library carries two generated tables (src/<lib>_table.cpp):
   precomputed in 16.16 fixed point.
 
 The selection rule, implemented twice -- `candidate_order` below and `<lib>_detail::candidate_order` in
-templates/gemm/library/dispatch.h.j2 -- and tested to agree (tests/stages/test_library.py compiles the C++ with g++):
+templates/gemm/library/dispatch.h.j2 -- and tested to agree (tests/gemm/test_gemm_library.py compiles the C++ with g++):
 
 1. candidates: kernels whose operation matches the problem exactly (A/B/C/D types, accumulator unless
    the problem says "any", layouts, activation (+ clamp bounds), bias kind), that run on the device
