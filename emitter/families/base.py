@@ -128,6 +128,10 @@ class RuntimeFamily(Protocol):
     FAKE_FAULTS: tuple[str, ...]    family fault kinds fake_run can plant (the generic ones -- crash, hang,
                                     illegal_address, launch_error, cannot_implement -- are the fake backend's)
     BASELINES: tuple[str, ...]      names of the profile baselines (GEMM: ("cublas",))
+    PROBLEM_HELP: str               the family's `--problem` syntax for the CLI help, e.g. "GEMM `MxNxK`, ..."
+                                    ("" adds nothing); `emitter verify` / `profile --help` put the default family's
+                                    first, then the others' in registry order
+    DATA_HELP: str                  what its DATA_KINDS mean, for `emitter verify --help`'s --data ("" adds nothing)
 
     ---- manifest -> config --------------------------------------------------------------------------
     config_from_entry(entry, root=None) -> config
@@ -217,6 +221,8 @@ class RuntimeFamily(Protocol):
     PROBLEM_KEYS: tuple[str, ...]
     FAKE_FAULTS: tuple[str, ...]
     BASELINES: tuple[str, ...]
+    PROBLEM_HELP: str
+    DATA_HELP: str
 
     def config_from_entry(self, entry: Mapping[str, Any], root: Any = None) -> Any: ...
     def problem_from_dict(self, d: Mapping[str, Any]) -> Any: ...
@@ -260,7 +266,7 @@ PROFILE_HOOKS = (
     "profile_op", "profile_set_bytes", "profile_allocate", "kernel_launch", "baseline", "profile_check",
     "profile_poison", "profile_fake_problem", "profile_problem", "profile_problem_from_dict", "profile_op_from_json",
 )
-RUNTIME_DATA = ("NAME", "DATA_KINDS", "PROBLEM_KEYS", "FAKE_FAULTS", "BASELINES")
+RUNTIME_DATA = ("NAME", "DATA_KINDS", "PROBLEM_KEYS", "FAKE_FAULTS", "BASELINES", "PROBLEM_HELP", "DATA_HELP")
 
 
 class FamilyNotRunnable(Exception):

@@ -21,6 +21,59 @@ def _selection_options(f):
         return click.option("--select", "select", multiple=True, metavar="PATTERN")(f)
 
 
+class FamilyHelpOption(click.Option):
+    """An option whose help text the families write (their runtime modules' PROBLEM_HELP / DATA_HELP), joined when
+    help is shown: loading the runtime modules imports numpy and ctypes machinery, which `emitter --help` and
+    every run that prints no help must not pay."""
+
+    def __init__(self, *args, family_help, **kwargs) -> None:
+        self._family_help = family_help
+        self._help: str | None = None
+        super().__init__(*args, **kwargs)
+
+    @property
+    def help(self) -> str | None:       # type: ignore[override]
+        return self._family_help() if self._help is None else self._help
+
+    @help.setter
+    def help(self, value: str | None) -> None:
+        self._help = value
+
+
+def _family_texts(attr: str) -> dict[str, str]:
+    """Family name -> its runtime module's `attr` (non-empty ones), in registry order; families whose runtime
+    module does not load here are left out, as in _runnable."""
+    from emitter.families.registry import FAMILIES, runtime_family
+
+    out = {}
+    for name in FAMILIES:
+        try:
+            text = getattr(runtime_family(name, need=()), attr)
+        except Exception:  # noqa: BLE001 - a family whose hooks do not import here (in progress, broken)
+            continue
+        if text:
+            out[name] = text
+    return out
+
+
+def problem_help() -> str:
+    """--problem: the default family's syntax (a manifest entry without `family` is the default's), then the
+    others' in registry order."""
+    from emitter.families.registry import DEFAULT_FAMILY
+
+    texts = _family_texts("PROBLEM_HELP")
+    lead = texts.pop(DEFAULT_FAMILY, None)
+    out = "a problem (repeatable)" + (f": {lead}" if lead else "") + "; each family parses its own"
+    return out + (f" ({'; '.join(texts.values())})" if texts else "")
+
+
+def data_help() -> str:
+    """--data: each family's input kinds in registry order."""
+    texts = _family_texts("DATA_HELP")
+    return "input data kind of the family" + (f" ({'; '.join(texts.values())})" if texts else "") + \
+        ", or both = every kind"
+
+
 def problem_flags(f):
     """The problem flags `emitter verify` and `emitter profile` share: --problem (repeatable; each kernel
     family parses the strings it understands, GEMM: MxNxK[xBATCH] or m=..,n=..,k=..[,beta=..]), --problems
@@ -32,9 +85,8 @@ def problem_flags(f):
                      help="problem M (with --n and --k; comma lists make a product)")(f)
     f = click.option("--problems", "problems_file", type=click.Path(dir_okay=False, path_type=Path),
                      help="YAML file of problems (`problems: [{m: 1000, n: 517, k: 129, beta: 0.5}]`)")(f)
-    return click.option("--problem", "problem_texts", multiple=True, metavar="PROBLEM",
-                        help="a problem (repeatable): GEMM `MxNxK`, `MxNxKxBATCH` or `m=1000,n=517,k=129,beta=0.5`; "
-                             "each family parses its own (attention e.g. `b=2,hq=16,hkv=4,sq=1000,sk=1000,d=128`)")(f)
+    return click.option("--problem", "problem_texts", multiple=True, metavar="PROBLEM", cls=FamilyHelpOption,
+                        family_help=problem_help)(f)
 
 
 def user_problems(problem_texts, problems_file, m, n, k, batch, split_k=None, alpha=None, beta=None, data="both",
@@ -90,9 +142,7 @@ def _select(entries, select, exclude):
 @click.option("--split-k", "split_k", metavar="INT[,INT]", help="split-K slices (split-K instances)")
 @click.option("--alpha", "alpha", metavar="F[,F]", help="alpha (default 1)")
 @click.option("--beta", "beta", metavar="F[,F]", help="beta (default 0)")
-@click.option("--data", default="both", show_default=True, metavar="KIND",
-              help="input data kind of the family (GEMM: int = small integers, exact, bit-for-bit; normal = random, "
-                   "dtype tolerance; attention also large), or both = every kind")
+@click.option("--data", default="both", show_default=True, metavar="KIND", cls=FamilyHelpOption, family_help=data_help)
 @click.option("--quick", is_flag=True, help="default set without the 4096^3 and long-K problems")
 @click.option("--scheduler", "scheduler", default=None, metavar="KEY=VALUE[,...]",
               help="run-time scheduler options on every problem (sm90a): swizzle=1|2|4|8, raster=heuristic|"

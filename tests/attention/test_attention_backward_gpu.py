@@ -54,8 +54,10 @@ def suite(tmp_path_factory):
     summary = build(root, options=BuildOptions(jobs=16, extra_flags=extra))
     records = {r.name: r for r in summary.results}
     from emitter.families.attention.runner import Runner
+    from emitter.runtime.pycuda_backend import PycudaBackend
 
-    return root, real, {p["planted"]: p for p in planted}, records, Runner(root, device_reference=True)
+    runner = Runner(root, PycudaBackend(device_reference=True))
+    return root, real, {p["planted"]: p for p in planted}, records, runner
 
 
 def test_every_instance_builds(suite):

@@ -70,10 +70,12 @@ def suite(tmp_path_factory):
     summary = build(root, options=BuildOptions())
     records = {r.name: r for r in summary.results}
     from emitter.families.attention.runner import Runner
+    from emitter.runtime.pycuda_backend import PycudaBackend
 
     # numpy float64 references here (the quick problems are small); `emitter verify` uses torch's on the GPU,
     # which test_torch_reference_matches_numpy checks against this one
-    return root, real, {p["planted"]: p for p in planted}, records, Runner(root, device_reference=False)
+    runner = Runner(root, PycudaBackend(device_reference=False))
+    return root, real, {p["planted"]: p for p in planted}, records, runner
 
 
 def _report(name: str, verdicts) -> None:

@@ -224,25 +224,59 @@ def test_fake_backend_verify_pipeline(tmp_path):
     assert bres and all(r["status"] == "FAILED" for r in bres if "h8x2" in r["problem"])
 
 
-def test_runner_on_the_fake_backend(tmp_path, capsys):
-    """The GPU runner's path (load, inputs, run, reference, compare, PASS/FAIL lines) on the fake backend."""
+def _fake_runner_spec(tmp_path):
     from emitter.emit import emit
-    from emitter.families.attention import runner
 
     spec = tmp_path / "a.yaml"
     spec.write_text("kernels:\n  - family: attention\n    arch: sm80\n    dtype: bf16\n    head_dim: 64\n"
                     "    tile: 64x64\n    mask: causal_top_left\n    lse: true\n    gqa: true\n    varlen: [false, true]\n")
     out = tmp_path / "out"
     emit([spec], out)
-    assert runner.main([str(out), "--backend", "fake", "--quick", "--seed", "3"]) == 0
-    text = capsys.readouterr().out
-    assert "FAIL" not in text and text.count("PASS ") >= 8 and "0 failed" in text
-    assert runner.main([str(out), "--backend", "fake", "--quick", "--fault", "no_mask", "--data", "normal"]) == 1
-    text = capsys.readouterr().out
-    assert "FAIL " in text and "full 0" in text            # only rows the mask hides fail
-    assert runner.main([str(out), "--problem", "b=2,hq=4,hkv=2,s=80,d=64", "--backend", "fake",
-                        "--select", "*_gqa"]) == 0
-    assert runner.main([str(out), "--problem", "b=2,hq=4,d=64"]) == 2
+    return out
+
+
+def test_runner_on_the_fake_backend(tmp_path):
+    """The in-process runner's path (load, inputs, run, reference, compare, PASS/FAIL lines) on the fake backend the
+    caller constructs (the family imports no backend)."""
+    from emitter.families.attention import runner
+    from emitter.families.attention.problem import parse_problem_text
+    from emitter.runtime.fake_backend import FakeBackend
+
+    out = _fake_runner_spec(tmp_path)
+    lines: list[str] = []
+    results = runner.run(out, FakeBackend(), quick=True, seed=3, out=lines.append)
+    assert results and all(v["status"] == "PASSED" for v in results), [v.get("reason") for v in results]
+    assert not any(t.startswith("FAIL") for t in lines) and sum(t.startswith("PASS ") for t in lines) >= 8
+    lines.clear()
+    bad = runner.run(out, FakeBackend(faults=[{"kind": "no_mask"}]), quick=True, data="normal", out=lines.append)
+    assert bad and all(v["status"] == "FAILED" for v in bad)
+    assert all(t.startswith("FAIL ") and "full 0)" in t for t in lines), lines   # only rows the mask hides fail
+    p = make_problem(**parse_problem_text("b=2,hq=4,hkv=2,s=80,d=64"))
+    one = runner.run(out, FakeBackend(), select="*_gqa", problems=[(p, "normal")], out=lines.append)
+    assert [v["status"] for v in one] == ["PASSED"]
+
+
+def test_verify_in_process_says_where_a_failure_is(tmp_path):
+    """What the runner's command line became: `emitter verify OUT --no-isolation` runs the cases in one process and
+    its results.json locates each failure (a planted no_mask fails masked rows only); a bad --problem is a clean
+    error."""
+    import json
+
+    from click.testing import CliRunner
+
+    from emitter.cli import main
+
+    out = _fake_runner_spec(tmp_path)
+    ok = CliRunner().invoke(main, ["verify", str(out), "--backend", "fake", "--quick", "--no-isolation", "-q"])
+    assert ok.exit_code == 0, ok.output
+    res = CliRunner().invoke(main, ["verify", str(out), "--backend", "fake", "--quick", "--no-isolation", "-q",
+                                    "--data", "normal", "--fake-faults", '[{"kind": "no_mask"}]'])
+    assert res.exit_code == 1, res.output
+    results = json.loads((out / "verify" / "results.json").read_text())["results"]
+    assert results and all(r["status"] == "FAILED" for r in results)
+    assert all(r["failed_masked_rows"] > 0 and r["failed_full_rows"] == 0 and r["failed_heads"] for r in results)
+    bad = CliRunner().invoke(main, ["verify", str(out), "--backend", "fake", "--problem", "b=2,hq=4,d=64"])
+    assert bad.exit_code == 2 and "--problem" in bad.output and "Traceback" not in bad.output, bad.output
 
 
 @pytest.mark.parametrize("layout", ["bshd", "bhsd"])

@@ -307,6 +307,8 @@ DATA_KINDS = ("normal",)
 PROBLEM_KEYS = ("length",)
 FAKE_FAULTS = ("toy_wrong",)
 BASELINES = ("copy",)
+PROBLEM_HELP = "toy `length=N`"
+DATA_HELP = "toy: normal only"
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,9 @@ the registry) above the families (emitter/families/<f>/) above the kit (emitter/
 errors, dtypes, spec helpers, render, ...). The stages name no family in their code; a family imports the kit,
 never a stage nor another family's private names; nothing imports in a circle.
 
-What does not hold yet is listed below by file, with how many: a count may only go down (lower it here when you
-remove one), and a file or import that is not listed fails the test. docs/architecture.md "Layers" says what each
-remaining entry waits for.
+What does not hold yet would be listed below by file, with how many (the lists are empty now): a count may only go
+down, and a file or import that is not listed fails the test, so what is gone cannot come back unnoticed.
+docs/architecture.md "Layers" has the counts before and after.
 """
 
 from __future__ import annotations
@@ -22,17 +22,10 @@ ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "emitter"
 
 # family names in the stages' code (AST names, attributes, imports, string constants; docstrings aside) and in
-# templates/library/ (each family's library text is its own, templates/<f>/library/): two CLI help texts spell each
-# family's --problem syntax
-KNOWN_FAMILY_NAMES = {
-    "emitter/verify/cli.py": 2,
-}
-# family modules that import a stage: runners that drive the runtime's backends themselves
-KNOWN_UPWARD = {
-    ("emitter.families.attention.backward_runtime", "emitter.runtime"),
-    ("emitter.families.attention.runner", "emitter.runtime.fake_backend"),
-    ("emitter.families.attention.runner", "emitter.runtime.pycuda_backend"),
-}
+# templates/library/ (each family's library text is its own, templates/<f>/library/): none
+KNOWN_FAMILY_NAMES: dict[str, int] = {}
+# family modules that import a stage: none (a family's in-process runner takes the backend its caller constructs)
+KNOWN_UPWARD: set[tuple[str, str]] = set()
 # another family's private names: none
 KNOWN_PRIVATE: set[tuple[str, str]] = set()
 # import circles (lazy imports included), each inside one family
@@ -178,7 +171,7 @@ def test_the_check_sees_family_names_where_they_are(tmp_path):
 
 
 def test_imports_run_down_the_layers():
-    """A kit module imports no family and no stage; a family imports no stage (beyond the known runners)."""
+    """A kit module imports no family and no stage; a family imports no stage."""
     up = {(a, b) for a, deps in GRAPH.items() for b in deps if layer(a) < layer(b)}
     assert not up - KNOWN_UPWARD, f"imports running up the layers (kit < families < stages): {sorted(up - KNOWN_UPWARD)}"
     assert not KNOWN_UPWARD - up, f"gone, take them off KNOWN_UPWARD: {sorted(KNOWN_UPWARD - up)}"
@@ -231,6 +224,69 @@ def test_no_import_circles():
     assert cycles == KNOWN_CYCLES, f"gone, take them off KNOWN_CYCLES: {[sorted(c) for c in KNOWN_CYCLES - cycles]}"
 
 
+def _help_family(tmp_path, monkeypatch, problem_help: str, data_help: str) -> None:
+    """A family `helpfam` registered last whose runtime module has only the data attributes (all --help loads)."""
+    from emitter.families import registry
+
+    pkg = tmp_path / "helpfam_family"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "runtime.py").write_text(f"NAME = 'helpfam'\nDATA_KINDS = ('normal',)\nPROBLEM_KEYS = ()\nFAKE_FAULTS = ()\n"
+                                    f"BASELINES = ()\nPROBLEM_HELP = {problem_help!r}\nDATA_HELP = {data_help!r}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(registry.FAMILIES, "helpfam", "helpfam_family")
+
+
+def test_the_cli_help_is_the_families_texts(tmp_path, monkeypatch):
+    """`--problem` and `--data` help: the default family's text first, the others' in registry order (an empty text
+    adds nothing), read from the runtime modules when help is shown."""
+    import importlib
+    import sys
+
+    from click.testing import CliRunner
+
+    from emitter.cli import main
+    from emitter.families.registry import DEFAULT_FAMILY
+    from emitter.verify.cli import data_help, problem_help
+
+    texts = {n: importlib.import_module(m + ".runtime") for n, m in FAMILIES.items()}
+    others = [t.PROBLEM_HELP for n, t in texts.items() if n != DEFAULT_FAMILY and t.PROBLEM_HELP]
+    assert problem_help() == (f"a problem (repeatable): {texts[DEFAULT_FAMILY].PROBLEM_HELP}; each family parses its "
+                              f"own ({'; '.join(others)})")
+    kinds = "; ".join(t.DATA_HELP for t in texts.values() if t.DATA_HELP)
+    assert data_help() == f"input data kind of the family ({kinds}), or both = every kind"
+    _help_family(tmp_path, monkeypatch, "helpfam `len=N`", "helpfam: normal only")
+    try:
+        assert problem_help().endswith("; helpfam `len=N`)") and data_help().endswith("; helpfam: normal only), or "
+                                                                                       "both = every kind")
+        for cmd in ("verify", "profile"):
+            res = CliRunner().invoke(main, [cmd, "--help"], terminal_width=400)
+            assert res.exit_code == 0 and "helpfam `len=N`)" in res.output, res.output
+        assert "helpfam: normal only), or both = every kind" in CliRunner().invoke(main, ["verify", "--help"],
+                                                                                   terminal_width=400).output
+    finally:
+        for mod in [m for m in sys.modules if m.startswith("helpfam_family")]:
+            del sys.modules[mod]
+
+
+def test_the_cli_loads_no_family_runtime_until_help_is_shown():
+    """`emitter --help` (and importing the CLI) loads no family's runtime module nor numpy: the help texts the
+    families write are read only when `verify --help` / `profile --help` shows them."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom click.testing import CliRunner\nfrom emitter.cli import main\n"
+            "assert CliRunner().invoke(main, ['--help']).exit_code == 0\n"
+            "print(sorted(m for m in sys.modules if m == 'numpy' or m.endswith('.runtime')))\n"
+            "out = CliRunner().invoke(main, ['verify', '--help'], terminal_width=400).output\n"
+            "print(sorted(m for m in sys.modules if m.startswith('emitter.families.') and m.endswith('.runtime')))\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert res.returncode == 0, res.stderr
+    before, after = res.stdout.splitlines()
+    assert before == "[]", before
+    assert after == str(sorted(f"{m}.runtime" for m in FAMILIES.values())), after
+
+
 # ---------------------------------------------------------------------------------------------- the contract
 def test_every_family_fits_the_family_protocols():
     """Each registered family's package fits Family (the emit hooks) and its runtime module RuntimeFamily (data,
@@ -262,7 +318,8 @@ def test_the_registry_refuses_a_family_that_does_not_fit(tmp_path, monkeypatch):
                                      "def resolve():\n    return None\n"
                                      "def render_instance(instance, name, banner):\n    return ''\n")
     (pkg / "runtime.py").write_text("NAME = 'misfit'\nDATA_KINDS = 'normal'\nPROBLEM_KEYS = ()\nFAKE_FAULTS = ()\n"
-                                    "BASELINES = ()\ndef config_from_entry(entry, root=None):\n    return None\n"
+                                    "BASELINES = ()\nPROBLEM_HELP = 3\nDATA_HELP = ''\n"
+                                    "def config_from_entry(entry, root=None):\n    return None\n"
                                     "def problem_label(problem):\n    return ''\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setitem(registry.FAMILIES, "misfit", "misfit_family")
@@ -273,7 +330,7 @@ def test_the_registry_refuses_a_family_that_does_not_fit(tmp_path, monkeypatch):
         assert registry.family_module("misfit", need=()).__name__ == "misfit_family"   # an optional hook's lookup
         with pytest.raises(FamilyNotRunnable) as e:
             registry.runtime_family("misfit", need=("config_from_entry", "problem_label"))
-        assert "DATA_KINDS is str, not tuple" in str(e.value)
+        assert "DATA_KINDS is str, not tuple" in str(e.value) and "PROBLEM_HELP is int, not str" in str(e.value)
         assert "problem_label(problem) cannot be called as problem_label(problem, data)" in str(e.value)
     finally:
         for mod in [m for m in sys.modules if m.startswith("misfit_family")]:

@@ -28,11 +28,7 @@ from emitter.families.attention.inputs import storage_index
 from emitter.families.attention.problem import AttentionProblem, make_problem, mask_mismatch
 from emitter.families.attention.reference import reference_sequence
 from emitter.families.base import Footprint, Inputs
-
-try:   # the shared host-data codecs (moving from emitter.runtime to emitter.kit)
-    from emitter.kit import hostdata
-except ImportError:  # pragma: no cover - before the move
-    from emitter.runtime import hostdata  # type: ignore[no-redef]
+from emitter.kit import hostdata
 
 GUARD = 64                    # poisoned elements after each gradient tensor
 GRADS = ("dq", "dk", "dv")

@@ -1,30 +1,30 @@
-"""A family-local GPU path for attention instances: load each built instance (cubin + host shim, from its
-build record, through emitter.runtime's PycudaBackend and launcher: Params by value, workspace, dynamic
-shared memory), run problems on poisoned outputs, compare with the float64 reference (torch on the GPU when
-it is importable, numpy otherwise) and print PASS / FAIL / SKIP per case, with where a failure is (heads,
-masked rows, LSE) so a planted bug shows its reason.
+"""Attention cases run in this process on a backend the caller constructs (the GPU's PycudaBackend, or the
+fake numpy backend with planted faults): load each built instance, run problems on poisoned outputs, compare with
+the float64 reference and say per case PASS / FAIL / SKIP with where a failure is (heads, masked rows, LSE), so a
+planted bug shows its reason.
 
-    python3 -m emitter.families.attention.runner OUT [--select GLOB] [--quick] [--problem b=2,hq=16,...]
-                                                [--data normal|int|large|all] [--seed N] [--json PATH]
-                                                [--backend fake [--fault KIND]]   (no GPU: the fake backend)
+The backends are the runtime stage's; a family does not import a stage, so the caller passes one in:
 
-It runs in this process (no worker isolation: a CUDA fault ends the run). `emitter verify OUT` runs the same
-cases through the family seam with isolation and reports; this module is what tests/attention/test_attention_gpu.py
-and a person at the GPU use to look at one instance closely.
+    from emitter.runtime.pycuda_backend import PycudaBackend
+    from emitter.families.attention.runner import run
+    run("generated/attn", PycudaBackend(), select="*_gqa", quick=True)
+
+There is no worker isolation here (a CUDA fault ends the run). From the command line `emitter verify OUT
+--no-isolation` runs the same cases in one process, and its `<out>/verify/results.json` holds the same verdicts
+(failed_heads, failed_rows, failed_masked_rows, failed_full_rows, lse_failed); this module is what the attention
+GPU tests (tests/attention/test_attention*_gpu.py) use to look at one instance closely.
 """
 
 from __future__ import annotations
 
-import argparse
 import fnmatch
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from emitter.families.attention import runtime as hooks
-from emitter.families.attention.problem import AttentionProblem, make_problem, parse_problem_text
+from emitter.families.attention.problem import AttentionProblem
 
 
 def attention_entries(root: str | Path, select: str = "*") -> list[dict[str, Any]]:
@@ -33,20 +33,12 @@ def attention_entries(root: str | Path, select: str = "*") -> list[dict[str, Any
 
 
 class Runner:
-    """One PycudaBackend (the primary context, shared with torch) and the kernels loaded from `root`."""
+    """The kernels loaded from `root` on `backend` (emitter.runtime's PycudaBackend -- the primary context, shared
+    with torch -- or its FakeBackend, numpy with planted faults, which runs the same path without a GPU)."""
 
-    def __init__(self, root: str | Path, device_reference: bool = True, backend: str = "pycuda",
-                 faults: list[dict[str, Any]] | None = None) -> None:
-        """backend "fake" (numpy, planted `faults`) runs the same path without a GPU (CI)."""
+    def __init__(self, root: str | Path, backend: Any) -> None:
         self.root = Path(root)
-        if backend == "fake":
-            from emitter.runtime.fake_backend import FakeBackend
-
-            self.backend = FakeBackend(faults=faults or [])
-        else:
-            from emitter.runtime.pycuda_backend import PycudaBackend
-
-            self.backend = PycudaBackend(device_reference=device_reference)
+        self.backend = backend
         self._kernels: dict[str, Any] = {}
 
     def kernel(self, entry: dict[str, Any]) -> Any:
@@ -99,11 +91,12 @@ def line(v: dict[str, Any]) -> str:
     return text
 
 
-def run(root: str | Path, select: str = "*", problems: Iterable[tuple[AttentionProblem, str]] | None = None,
-        quick: bool = False, data: str = "all", seed: int = 0, out: Callable[[str], None] = print,
-        backend: str = "pycuda", faults: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """Every selected attention instance of `root` on `problems` (default: the family's default set)."""
-    r = Runner(root, backend=backend, faults=faults)
+def run(root: str | Path, backend: Any, select: str = "*",
+        problems: Iterable[tuple[AttentionProblem, str]] | None = None, quick: bool = False, data: str = "all",
+        seed: int = 0, out: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """Every selected attention instance of `root` on `problems` (default: the family's default set), one `line`
+    per case through `out`; stops at a CUDA fault (the context is lost)."""
+    r = Runner(root, backend)
     results = []
     for entry in attention_entries(root, select):
         cfg = hooks.config_from_entry(entry, root)
@@ -118,36 +111,3 @@ def run(root: str | Path, select: str = "*", problems: Iterable[tuple[AttentionP
                 out("CUDA context lost: stopping")
                 return results
     return results
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m emitter.families.attention.runner", description=__doc__.split("\n\n")[0])
-    ap.add_argument("root", help="an emitted and built directory (manifest.json, build/)")
-    ap.add_argument("--select", default="*", help="instance name glob")
-    ap.add_argument("--problem", action="append", default=[], help="b=2,hq=16,hkv=4,sq=1000,sk=1000,d=128 (repeatable)")
-    ap.add_argument("--data", default="all", choices=["all", "normal", "int", "large"])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--json", help="write every verdict here")
-    ap.add_argument("--backend", default="pycuda", choices=["pycuda", "fake"], help="fake: numpy, no GPU")
-    ap.add_argument("--fault", action="append", default=[], help="fake backend: plant a fault kind (repeatable)")
-    a = ap.parse_args(argv)
-    problems = None
-    if a.problem:
-        try:
-            problems = [(make_problem(**parse_problem_text(t)), "normal" if a.data == "all" else a.data) for t in a.problem]
-        except (ValueError, TypeError) as e:
-            print(f"error: bad --problem: {e}", file=sys.stderr)
-            return 2
-    results = run(a.root, a.select, problems, a.quick, a.data, a.seed, backend=a.backend,
-                  faults=[{"kind": k} for k in a.fault])
-    counts = {s: sum(1 for v in results if v["status"] == s) for s in ("PASSED", "FAILED", "SKIPPED")}
-    print(f"attention runner: {len(results)} cases: {counts['PASSED']} passed, {counts['FAILED']} failed, "
-          f"{counts['SKIPPED']} skipped")
-    if a.json:
-        Path(a.json).write_text(json.dumps(results, indent=1, default=str))
-    return 1 if counts["FAILED"] else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -41,6 +41,8 @@ from emitter.families.attention.profile import (  # noqa: F401
 from emitter.families.base import Footprint
 
 NAME = "attention"
+PROBLEM_HELP = "attention e.g. `b=2,hq=16,hkv=4,sq=1000,sk=1000,d=128`"
+DATA_HELP = "attention also large"                # int and normal as GEMM's, which the help states first
 PROBLEM_KEYS = _KEYS + ("data", "label")
 
 

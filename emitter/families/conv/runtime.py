@@ -36,6 +36,8 @@ NAME = "conv"
 DATA_KINDS = ("normal", "int")
 FAKE_FAULTS = _fake.FAKE_FAULTS
 BASELINES: tuple[str, ...] = ("cudnn",)
+PROBLEM_HELP = ""       # the CLI help does not spell conv's syntax; docs/conv.md does
+DATA_HELP = ""          # normal and int, as GEMM's, which the help states first
 
 
 def config_from_entry(entry: Mapping[str, Any], root: Any = None) -> ConvConfig:

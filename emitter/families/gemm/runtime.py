@@ -32,6 +32,8 @@ from emitter.families.gemm.reference import compare_case as compare  # noqa: F40
 from emitter.families.gemm.reference import reference_case as reference  # noqa: F401
 
 NAME = "gemm"
+PROBLEM_HELP = "GEMM `MxNxK`, `MxNxKxBATCH` or `m=1000,n=517,k=129,beta=0.5`"
+DATA_HELP = "GEMM: int = small integers, exact, bit-for-bit; normal = random, dtype tolerance"
 BASELINE_PROVIDERS = {"cublas": "cuBLAS via torch"}     # before a baseline ran; its launch then says exactly
 
 
