@@ -30,10 +30,10 @@ torch.Tensor.get_device = lambda self: 0          # CPU tensors posing as cuda:0
 spec = importlib.util.spec_from_file_location("fakelib", d / "lib" / "python" / "fakelib.py")
 mod = importlib.util.module_from_spec(spec); sys.modules["fakelib"] = mod; spec.loader.exec_module(mod)
 mod.load(str(d / "libfakelib.so"))
-mod._init_torch()
-mod._raw_stream = lambda dev: 0x5000
-mod._get_device = lambda: 0
-mod._empty = lambda shape, dt, dev: torch.empty(shape, dtype=dt)   # the full path's first allocation, on the CPU
+mod.init_torch()
+mod.raw_stream = lambda dev: 0x5000
+mod.current_device = lambda: 0
+mod.empty_tensor = lambda shape, dt, dev: torch.empty(shape, dtype=dt)   # the full path's first allocation, on the CPU
 m = n = k = 64
 a = torch.randn(m, k, dtype=torch.bfloat16); b = torch.randn(n, k, dtype=torch.bfloat16).t()
 out = torch.empty(m, n, dtype=torch.bfloat16)
@@ -58,7 +58,7 @@ def main() -> None:
     ap.add_argument("--torch-python", default=sys.executable, help="a Python interpreter with torch (CPU is enough)")
     ap.add_argument("--keep", type=Path, help="work in this directory (kept)")
     args = ap.parse_args()
-    sys.path.insert(0, str(ROOT / "tests"))
+    sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "gemm")]
     import test_loader as T  # the fake C library and the spec the loader tests use
 
     from emitter.emit import emit

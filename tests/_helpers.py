@@ -81,11 +81,11 @@ def load_module(name: str, path: Path) -> ModuleType:
 
 
 def fake_devices(mod: Any, tensor_type: type) -> Callable[[int], Any]:
-    """Point a loaded library module's torch hooks at stand-ins (what _init_torch sets from torch): tensors of
+    """Point a loaded library module's torch hooks at stand-ins (what init_torch sets from torch): tensors of
     `tensor_type`, stream 0x5000 + device, and a current device that the returned `device(index)` context
     manager (the torch.cuda.device stand-in) switches."""
-    mod._TensorType = tensor_type
-    mod._raw_stream = lambda dev: 0x5000 + dev
+    mod.tensor_type = tensor_type
+    mod.raw_stream = lambda dev: 0x5000 + dev
     current = [0]
 
     @contextlib.contextmanager
@@ -96,7 +96,7 @@ def fake_devices(mod: Any, tensor_type: type) -> Callable[[int], Any]:
         finally:
             current[0] = saved
 
-    mod._get_device = lambda: current[0]
+    mod.current_device = lambda: current[0]
     return device
 
 

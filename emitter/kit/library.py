@@ -23,8 +23,9 @@ family provides"):
                  helpers (fail, succeed, device_cc, log_enabled: anonymous namespace, same translation unit)
     table        src/<lib>_table.cpp, at the end: the family's kernel table (columns are the family's own)
     python       python/<lib>.py, at the end: the family's Python functions (e.g. attention(q, k, v, *,
-                 causal, scale, lse, cu_seqlens_q, cu_seqlens_k)); they may use the loader's helpers
-                 (_view, _layout, OperandError, load, _check, _call, _stream_handle, _empty, _init_torch, ...)
+                 causal, scale, lse, cu_seqlens_q, cu_seqlens_k)); they may use the loader's helper contract
+                 (operand_view, check_status, call_on_device, register_torch_op, ...: the header of
+                 templates/library/loader.py.j2 lists them)
     c_functions  (name without the `<lib>_` prefix, ctypes restype, [ctypes argtypes]) of each new C function:
                  exported by the linker map and declared by the loader's load()
     python_names names added to the loader's __all__

@@ -76,11 +76,10 @@ def mod(tmp_path_factory):
     c.fake_alast.argtypes = [ctypes.POINTER(m.AttentionProblem)]
     c.fake_astream.restype = ctypes.c_void_p
     device = fake_devices(m, FakeTensor)
-    m._torch = types.SimpleNamespace(cuda=types.SimpleNamespace(device=device), device=lambda kind, index: index)
-    m._TORCH_BY_NAME.update({"f16": DT["float16"], "bf16": DT["bfloat16"], "f32": DT["float32"],
+    m.torch_module = types.SimpleNamespace(cuda=types.SimpleNamespace(device=device), device=lambda kind, index: index)
+    m.torch_dtypes.update({"f16": DT["float16"], "bf16": DT["bfloat16"], "f32": DT["float32"],
                              "s32": DT["int32"], "e4m3": DT["float8_e4m3fn"]})
-    m._empty = lambda shape, dtype, dev: FakeTensor(shape, dtype, device=dev)
-    m._ATTN_TRIED = True      # no torch.library here
+    m.empty_tensor = lambda shape, dtype, dev: FakeTensor(shape, dtype, device=dev)
     m._fake = c
     return m
 

@@ -202,14 +202,14 @@ def loader(tmp_path_factory):
     c.fake_stream.restype = ctypes.c_void_p
     c.fake_ws.restype = ctypes.c_void_p
     c.fake_ws_bytes.restype = ctypes.c_size_t
-    # the torch hooks, pointed at the stand-ins (what _init_torch sets from torch)
+    # the torch hooks, pointed at the stand-ins (what init_torch sets from torch)
     device = fake_devices(mod, FakeTensor)
-    mod._torch = types.SimpleNamespace(cuda=types.SimpleNamespace(device=device), device=lambda kind, index: index,
+    mod.torch_module = types.SimpleNamespace(cuda=types.SimpleNamespace(device=device), device=lambda kind, index: index,
                                        empty=lambda shape, dtype, device: FakeTensor(shape, dtype, device=device),
                                        empty_like=lambda t: FakeTensor(t.shape, t.dtype, device=t.device_index))
-    mod._TORCH_BY_NAME.update({"f16": DT["float16"], "bf16": DT["bfloat16"], "f32": DT["float32"],
+    mod.torch_dtypes.update({"f16": DT["float16"], "bf16": DT["bfloat16"], "f32": DT["float32"],
                                "f64": DT["float64"], "s8": DT["int8"], "s32": DT["int32"], "e4m3": DT["float8_e4m3fn"]})
-    mod._empty = lambda shape, dtype, dev: FakeTensor(shape, dtype, device=dev)
+    mod.empty_tensor = lambda shape, dtype, dev: FakeTensor(shape, dtype, device=dev)
     mod._fake = c
     return mod
 
