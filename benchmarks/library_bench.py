@@ -80,12 +80,16 @@ class BenchError(Exception):
 
 # ------------------------------------------------------------------------------------------------- configs
 
-def _where(path: Path, key: str) -> str:
+def _shown(path: Path) -> str:
+    """The path relative to the project when it lies inside it (records stay machine-independent), else whole."""
     try:
-        rel = path.relative_to(ROOT)
+        return str(Path(path).resolve().relative_to(ROOT))
     except ValueError:
-        rel = path
-    return f"{rel}: key '{key}'"
+        return str(path)
+
+
+def _where(path: Path, key: str) -> str:
+    return f"{_shown(path)}: key '{key}'"
 
 
 def load_config(family: str, path: Path | None = None) -> dict[str, Any]:
@@ -738,7 +742,7 @@ def measure(family: str, cfg: dict[str, Any], work: Path, args) -> dict[str, Any
             log(f"  host cost ({cfg['host']}): {host['error']}")
     return {"family": family, "gpu": gpu, "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
             "library": lib.version(), "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "config": str(Path(cfg["path"]).relative_to(ROOT)), "tune": cfg["tune"], "eval": cfg["eval"],
+            "config": _shown(Path(cfg["path"])), "tune": cfg["tune"], "eval": cfg["eval"],
             "kernels": len(lib.kernels()) if family == "gemm" else len(getattr(lib, f"{family}_kernels")()),
             "tuning_entries": len(fam.entries), "rows": rows, "host": host, "summary": summarize(rows),
             "method": {"reps": args.reps, "min_ms": args.min_ms, "warmup": args.warmup, "median": True,

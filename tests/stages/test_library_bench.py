@@ -362,3 +362,13 @@ def test_the_timing_and_loading_helpers_it_imports_are_there():
     assert list(inspect.signature(Timer.time).parameters) == ["self", "fns"]
     assert list(inspect.signature(best).parameters)[:3] == ["torch", "fn", "n"]
     assert list(inspect.signature(load_loader).parameters) == ["tree"]
+
+
+def test_a_config_outside_the_project_is_named_whole_in_records(tmp_path):
+    """A --config-dir outside the project (the GPU end-to-end test's) is recorded by its whole path; one inside it
+    relative to the project, so committed records do not name the machine's checkout."""
+    inside = lb.ROOT / "configs" / "bench" / "library_gemm.yaml"
+    assert lb._shown(inside) == "configs/bench/library_gemm.yaml"
+    outside = tmp_path / "cfg" / "library_gemm.yaml"
+    assert lb._shown(outside) == str(outside)
+    assert lb._where(outside, "eval") == f"{outside}: key 'eval'"
