@@ -11,7 +11,7 @@
 #   gemm_h100   configs/gemm/*.yaml                                       + docs/perf/tuning.nvidia-h100-80gb-hbm3.json
 #   tuned       configs/gemm/*.yaml configs/tuning/sm90a_candidates.yaml  + docs/perf/tuning.json (every entry's kernel)
 #   tuned_h100  the same                                                  + the H100 table
-#   mix         configs/gemm, attention (forward) and conv *.yaml                  + docs/perf/tuning.json
+#   mix         configs/gemm, attention (forward) and conv *.yaml         + docs/perf/tuning.json
 # GEMM: each tree's tools/<lib>_dispatch_probe.cpp is compiled with its src/<lib>_table.cpp by the host compiler and
 # fed the same problems (every tuned shape with neighbours, and a seeded few hundred others per operation: odd,
 # small, large, split-K-prone, explicit split-K, batched, transposed, any accumulator, fast-accum opt-in on and off,
@@ -19,7 +19,9 @@
 # by index. Attention: both trees' Python mirror of the C dispatch (emitter.families.attention.library.candidates,
 # which each tree's tests hold equal to its C code) on the same problems, over each tree's own kernel records.
 # Conv (no probe, no Python mirror): the exported kernel table and the dispatch code of both trees are diffed.
-# Prints the figures; exit 0 = every decision identical, 1 = differences (listed under WORKDIR/*.diff), 2 = error.
+# Prints the figures; exit 0 = every decision identical, 3 = GEMM differences that are all the options-padding
+# rule (commit 7e662d2, checked per candidate against CUTLASS's tile scheduler), 1 = other differences (listed under
+# WORKDIR/*.diff), 2 = error.
 set -u -o pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 OLD_REV="${1:?usage: scripts/dispatch_compare.sh OLD_REV [WORKDIR]}"
@@ -28,7 +30,7 @@ PY="${PY:-$ROOT/.venv/bin/python}"
 CXX="${CXX:-$(command -v g++ || command -v c++)}"
 mkdir -p "$WORK"
 WORK="$(cd "$WORK" && pwd)"
-OLD="$WORK/old"
+OLD="$WORK/tree.old"
 NEW="$ROOT"
 
 git -C "$ROOT" rev-parse --verify -q "$OLD_REV^{commit}" >/dev/null || { echo "error: $OLD_REV is not a commit"; exit 2; }
@@ -42,7 +44,7 @@ cleanup() {
 }
 trap cleanup EXIT
 if [ -n "${NEW_REV:-}" ]; then
-  NEW="$WORK/newtree"
+  NEW="$WORK/tree.new"
   rm -rf "$NEW"
   git -C "$ROOT" worktree add -q --detach "$NEW" "$NEW_REV" || exit 2
 fi
@@ -56,12 +58,14 @@ CFG="$OLD/configs"
 GEMM_CFGS=("$CFG"/gemm/*.yaml)
 TUNED_CFGS=("${GEMM_CFGS[@]}" "$CFG/tuning/sm90a_candidates.yaml")
 # (the attention backward spec is left out: OLD_REV=3341ddd^ emits it but its library export refuses it)
-MIX_CFGS=("${GEMM_CFGS[@]}" $(ls "$CFG"/attention/*.yaml | grep -v backward) "$CFG"/conv/*.yaml)
+MIX_CFGS=("${GEMM_CFGS[@]}")
+for f in "$CFG"/attention/*.yaml; do [[ "$f" == *backward* ]] || MIX_CFGS+=("$f"); done
+MIX_CFGS+=("$CFG"/conv/*.yaml)
 
 # export SIDE SET TABLE CONFIGS...: emit with SIDE's code, then `emitter library`
 export_lib() {
   local side="$1" set="$2" table="$3"; shift 3
-  local tree pp
+  local tree
   if [ "$side" = old ]; then tree="$OLD"; else tree="$NEW"; fi
   local gen="$WORK/$side/$set.gen" lib="$WORK/$side/$set.lib" log="$WORK/$side/$set.log"
   mkdir -p "$WORK/$side"
@@ -92,7 +96,8 @@ for side in old new; do
 done
 
 cat >"$WORK/compare.py" <<'PYEOF'
-"""GEMM probe comparison and attention mirror comparison of two exported trees (see dispatch_compare.sh)."""
+"""Compares the dispatch of two trees' exported libraries (see dispatch_compare.sh): GEMM through the probes,
+attention through the mirrors' orders and its table, conv through its table and dispatch text (--families)."""
 import json
 import random
 import re
@@ -346,15 +351,131 @@ print(json.dumps({"kernels": sorted(k.name for k in kernels), "orders": out}))
     return 0
 
 
+def _rows(text: str, array: str) -> list[list[str]]:
+    """The rows of `const X array[] = {...};` in exported source: name and fields (shim pointers left out)."""
+    start = text.find(f" {array}[] = {{")
+    if start < 0:
+        return []
+    body = text[start:text.find("\n};", start)]
+    rows = []
+    for m in re.finditer(r'(?:/\* \d+ \*/ )?\{"([^"]+)",([^&}]*)', body):
+        rows.append([m.group(1)] + [v.strip() for v in m.group(2).replace("\n", " ").split(",") if v.strip()])
+    return rows
+
+
+def _section(text: str, title: str) -> str:
+    """One `// ---- <title> ...` section of the exported C API, up to the next such line."""
+    parts = re.split(r"\n(?=// ---- )", text)
+    hits = [p for p in parts if p.lower().startswith(f"// ---- {title}")]
+    return hits[0] if hits else ""
+
+
+def families() -> int:
+    rc = 0
+    lib = {s: WORK / s / "mix.lib" for s in ("old", "new")}
+    api = {s: (lib[s] / "src/dc_api.cpp").read_text() for s in lib}
+    table = {s: (lib[s] / "src/dc_table.cpp").read_text() for s in lib}
+    # attention: the kernel table (fields the old tree has; the new one's extra fields listed) and the mirrors
+    ra, rb = _rows(api["old"], "kAttention"), _rows(api["new"], "kAttention")
+    same_rows = len(ra) == len(rb) and all(a == b[:len(a)] for a, b in zip(ra, rb))
+    extra = sorted({tuple(b[len(a):]) for a, b in zip(ra, rb)})
+    o, n = (json.loads((WORK / s / "attn.orders.json").read_text()) for s in ("old", "new"))
+    probs = json.loads((WORK / "attn.problems.json").read_text())
+    same = sum(a == b for a, b in zip(o["orders"], n["orders"]))
+    with open(WORK / "attention.diff", "w") as f:
+        for p, a, b in zip(probs, o["orders"], n["orders"]):
+            if a != b:
+                f.write(f"problem {json.dumps(p)}\n  old {' '.join(a)}\n  new {' '.join(b)}\n")
+    nonempty = sum(bool(a) for a in o["orders"])
+    sec = {s: _section(api[s], "attention") for s in api}
+    # the table rows are compared above, field by field
+    changed = [l for l in difflib_lines(sec["old"], sec["new"]) if not re.match(r'[+-]  /\* \d+ \*/ \{"', l)]
+    print(f"  attention: {len(ra)} kernels, table rows same (old fields): {same_rows}, new fields' values: {extra}; "
+          f"split_kv kernels old/new: {o['split_kv']}/{n['split_kv']}; mirror orders identical {same}/{len(probs)} "
+          f"({nonempty} with candidates); C dispatch section, rows aside: {len(changed)} changed lines")
+    for l in changed:
+        print(f"    {l[:150]}")
+    if not (same_rows and same == len(probs) and o["kernels"] == n["kernels"]):
+        rc = 1
+    # conv: no probe and no Python mirror: the kernel and tuning tables and the dispatch code must be the same text
+    ca, cb = _rows(table["old"], "kConvKernels"), _rows(table["new"], "kConvKernels")
+    ta, tb = _rows(table["old"], "kConvTuning"), _rows(table["new"], "kConvTuning")
+    csec = {s: _section(api[s], "convolution") for s in api}
+    hdr = {s: (lib[s] / "src/dc_conv_table.h").read_text() if (lib[s] / "src/dc_conv_table.h").exists() else ""
+           for s in lib}
+    cchanged = list(difflib_lines(csec["old"], csec["new"]))
+    print(f"  conv: {len(ca)} kernels, kernel rows same: {ca == cb and bool(ca)}, tuning rows {len(ta)}/{len(tb)} same: "
+          f"{ta == tb}, dc_conv_table.h same: {hdr['old'] == hdr['new']}, C dispatch section ({len(csec['new'])} "
+          f"chars): {len(cchanged)} changed lines")
+    for l in cchanged[:20]:
+        print(f"    {l[:150]}")
+    if not (ca == cb and ca and ta == tb and hdr["old"] == hdr["new"] and csec["old"] and not cchanged):
+        rc = 1
+    return rc
+
+
+def difflib_lines(a: str, b: str):
+    import difflib
+    for l in difflib.unified_diff(a.splitlines(), b.splitlines(), lineterm="", n=0):
+        if l[:1] in "+-" and not l.startswith(("+++", "---")):
+            yield l
+
+
 if __name__ == "__main__":
+    if SETS == ["--families"]:
+        sys.exit(families())
     rc = 0
     for s in SETS:
         rc = max(rc, gemm(s))
     sys.exit(rc)
 PYEOF
 
+# Attention: each tree's Python mirror of its C dispatch, over its own kernel records of the mix export.
+# `gen` (old tree) writes the problems: every kernel's operation with and without LSE, equal heads and GQA ratios,
+# query lengths around the decode and long-sequence bounds, key lengths on and off the tiles, several devices.
+cat >"$WORK/attn_mirror.py" <<'PYEOF'
+import inspect, json, random, sys
+from pathlib import Path
+import emitter.families.attention.library as L
+mode, gen, out = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+entries = [e for e in json.loads((gen / "manifest.json").read_text())["instances"]
+           if e.get("family") == "attention" and e["config"].get("op", "forward") == "forward"]
+kernels = L.kernel_records(entries, {"f16": 1, "bf16": 2, "e4m3": 8}, ValueError)
+if mode == "gen":
+    rnd = random.Random(36)
+    ops = sorted({(k.dtype_code, k.inst.head_dim, k.inst.head_dim_v, k.mask_code, int(k.inst.varlen)) for k in kernels})
+    probs = []
+    for dtype, hd, hdv, mask, varlen in ops:
+        for _ in range(60):
+            hq = rnd.choice([1, 8, 16, 32, 64])
+            hkv = rnd.choice([hq, hq, max(hq // rnd.choice([2, 4, 8]), 1), 1])
+            probs.append(dict(cc=rnd.choice([90, 90, 90, 80, 86, 89, 100]), dtype=dtype, head_dim=hd, head_dim_v=hdv,
+                              mask=mask, varlen=bool(varlen), heads_q=hq, heads_kv=hkv,
+                              seq_q=rnd.choice([1, 2, 15, 16, 17, 100, 511, 512, 513, 4096, rnd.randrange(1, 9000)]),
+                              seq_k=rnd.choice([1, 64, 127, 128, 129, 1000, 4096, rnd.randrange(1, 20000)]),
+                              lse=rnd.random() < 0.5, batch=rnd.choice([1, 2, 8])))
+        probs.append(dict(probs[-1], dtype=99))   # no kernel
+    out.write_text(json.dumps(probs))
+else:
+    params = inspect.signature(L.candidates).parameters
+    probs = json.loads(Path(sys.argv[4]).read_text())
+    orders = [[k.name for k in L.candidates(kernels, **{a: v for a, v in p.items() if a in params})] for p in probs]
+    out.write_text(json.dumps({"kernels": [k.name for k in kernels],
+                               "split_kv": sum(bool(getattr(k, "split_kv", False)) for k in kernels), "orders": orders}))
+PYEOF
+(cd "$OLD" && PYTHONPATH="$OLD" "$PY" "$WORK/attn_mirror.py" gen "$WORK/old/mix.gen" "$WORK/attn.problems.json") || exit 2
+for side in old new; do
+  if [ "$side" = old ]; then tree="$OLD"; else tree="$NEW"; fi
+  (cd "$tree" && PYTHONPATH="$tree" "$PY" "$WORK/attn_mirror.py" order "$WORK/$side/mix.gen" "$WORK/$side/attn.orders.json" \
+    "$WORK/attn.problems.json") || exit 2
+done
+
 echo "== GEMM dispatch probes (old = $OLD_REV, new = ${NEW_REV:-$(git -C "$ROOT" rev-parse --short HEAD) + working tree})"
 "$PY" "$WORK/compare.py" "$WORK" gemm gemm_h100 tuned tuned_h100 mix
 rc=$?
+echo "== attention and conv (mix library)"
+"$PY" "$WORK/compare.py" "$WORK" --families
+rc2=$?
+[ $rc2 -eq 1 ] || [ $rc2 -eq 2 ] && rc=$rc2
 echo "work dir: $WORK (problems: *.problems, differences: *.diff)"
 exit $rc
