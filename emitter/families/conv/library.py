@@ -275,6 +275,74 @@ def entry_records(kernels: Sequence[ConvKernelRecord], entries: Sequence[dict[st
     return records, notes, dropped
 
 
+PROFILE_NAME = "profile.json"
+
+
+def measured_entries(kernels: Sequence[ConvKernelRecord], profiled: Sequence[dict[str, Any]]):
+    """Every exported kernel's time on each profiled problem, from the profile.json that `emitter profile -o DIR`
+    writes beside the tuning.json the conv entries came from (their `source`): (measured records, notes). A
+    profile.json that lacks one of its table's winners (same kernel, problem and split-K count) is not that table's
+    run and is not used: its times would rank kernels against another run's."""
+    from emitter.families.conv.library_dispatch import measured_records
+    from emitter.kit.tuning import table_cc
+
+    by_name = {k.name: k for k in kernels}
+    rows: list[tuple[int, ...]] = []
+    notes: list[str] = []
+    for source in dict.fromkeys(str(e.get("source")) for e in profiled):
+        prof = Path(source).parent / PROFILE_NAME
+        if Path(source).name == PROFILE_NAME or not prof.is_file():
+            continue
+        try:
+            data = json.loads(prof.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as ex:
+            notes.append(f"{prof} not read ({ex}): between profiled layers the nearest winner ranks")
+            continue
+        if not isinstance(data, dict) or data.get("kind") != "emitter.profile" or not isinstance(data.get("measurements"), list):
+            notes.append(f"{prof} is not an `emitter profile` result (kind emitter.profile with measurements): between "
+                         "profiled layers the nearest winner ranks")
+            continue
+        env = data.get("environment") if isinstance(data.get("environment"), dict) else {}
+        gpu_cc = table_cc(env)
+        try:
+            sms = max(int(env.get("sm_count") or 0), 0)
+        except (TypeError, ValueError):
+            sms = 0
+        got: dict[tuple[int, ...], int] = {}
+        for m in data["measurements"]:
+            if not isinstance(m, dict) or m.get("kind") != "kernel" or m.get("status") != "ok":
+                continue
+            k = by_name.get(m.get("name"))
+            op = m.get("op") if isinstance(m.get("op"), dict) else {}
+            if k is None or op.get("family", "conv") != "conv" or op.get("op", k.op) != k.op or op.get("a", k.a) != k.a:
+                continue
+            shape, _ = _entry_shape(m.get("problem"))
+            med = (m.get("stats") or {}).get("median_ms") if isinstance(m.get("stats"), dict) else None
+            split = m.get("split_k", 1)
+            if (shape is None or isinstance(med, bool) or not isinstance(med, (int, float)) or not med > 0
+                    or isinstance(split, bool) or not isinstance(split, int) or not 1 <= split <= 1024
+                    or (split > 1 and not k.split_k)):
+                continue
+            key = (k.index, *shape, split)
+            ps = max(int(round(med * 1e9)), 1)
+            got[key] = min(got.get(key, ps), ps)      # repeats of one kernel, problem and split: the fastest
+        want = []
+        for e in profiled:
+            shape, _ = _entry_shape(e.get("problem"))
+            if str(e.get("source")) == source and e.get("kernel") in by_name and shape is not None:
+                want.append((by_name[e["kernel"]].index, *shape, e.get("split_k", 1)))
+        missing = [w for w in want if w not in got]
+        if missing:
+            notes.append(f"{prof} does not hold its tuning table's winner {kernels[missing[0][0]].name} at "
+                         f"{'x'.join(map(str, missing[0][1:8]))} ({len(missing)} of {len(want)} missing): not that "
+                         "table's run, not used; between profiled layers the nearest winner ranks")
+            continue
+        rows += [(*key, ps, sms, gpu_cc) for key, ps in got.items()]
+        notes.append(f"{len(got)} kernel timings on {len({key[1:11] for key in got})} problems from {prof} rank the "
+                     f"candidates between profiled layers (predicted time: padded work on {sms or 'unknown'} SMs)")
+    return measured_records(rows), notes
+
+
 def _tuning_paths(entries: Sequence[dict[str, Any]], roots: dict[str, Path], ctx: dict[str, Any]) -> list[Path]:
     given = ctx.get("conv_tuning") or ctx.get("family_tuning")   # family_tuning: the --tuning tables export routes here
     if given:
@@ -317,9 +385,11 @@ def library_pieces(entries: Sequence[dict[str, Any]], roots: dict[str, Path], ct
         more, more_notes, more_dropped = entry_records(kernels, profiled, seen)
         tuning, notes, dropped = tuning + more, notes + more_notes, dropped + more_dropped
         paths = paths + [Path(p) for p in dict.fromkeys(str(e.get("source")) for e in profiled)]
+    measured, measured_notes = measured_entries(kernels, profiled) if profiled else ([], [])
     env = environment()
     c = dict(ctx, conv_kernels=kernels, conv_tuning=tuning, conv_tuning_paths=[str(p) for p in paths],
-             conv_notes=notes, conv_ops=OPS, conv_iterators=ITERATORS)
+             conv_notes=notes, conv_ops=OPS, conv_iterators=ITERATORS, conv_measured=measured,
+             conv_measured_notes=measured_notes)
 
     def render(name: str, **more: Any) -> str:
         return env.get_template(f"conv/library/{name}").render(**c, **more)
@@ -327,6 +397,9 @@ def library_pieces(entries: Sequence[dict[str, Any]], roots: dict[str, Path], ct
     lib = ctx["lib"]
     files = {"src/emitter_conv_abi.h": (templates_root() / "conv" / "common" / "conv_abi.h").read_text(encoding="utf-8")}
     files[f"src/{lib}_conv_table.h"] = render("conv_table.h.j2")
+    if measured:    # the predicted-time rule and its probe (without measurements the export is what it was)
+        files[f"src/{lib}_conv_dispatch.h"] = render("conv_dispatch.h.j2")
+        files[f"tools/{lib}_conv_dispatch_probe.cpp"] = render("conv_dispatch_probe.cpp.j2")
     sources = []
     for k in kernels:
         files[f"src/conv/{k.name}.cu"] = _source(roots[k.name], by_name[k.name])
@@ -354,5 +427,6 @@ def library_pieces(entries: Sequence[dict[str, Any]], roots: dict[str, Path], ct
         files=files,
         sources=tuple(sources),
         context={"kernels": [k.name for k in kernels], "tuning": len(tuning), "tuning_paths": [str(p) for p in paths],
-                 "notes": notes, "lib": lib, **({"dropped_tuning": dropped} if dropped else {})},
+                 "notes": notes, "lib": lib, **({"dropped_tuning": dropped} if dropped else {}),
+                 **({"measured": len(measured), "measured_notes": measured_notes} if measured_notes else {})},
         kernels=len(kernels))

@@ -62,6 +62,7 @@ class ConvQuery:
     p: int
     q: int
     stride: tuple[int, int] = (1, 1)
+    stride_d: int = 1
     activation: str = "identity"
     bias: bool = False
     clamp_min: float = 0.0
@@ -137,7 +138,7 @@ def static_key(k, q: ConvQuery) -> tuple[int, ...]:
     """Mirror of conv_static_key (api.cpp.j2), smaller first."""
     small_c = q.ci < 16 or q.ci % 8 != 0
     it = 0 if k.arch_specific else (_SMALL_C if small_c else _LARGE_C)[k.iterator]
-    unit = q.stride == (1, 1)
+    unit = q.stride == (1, 1) and q.stride_d == 1
     bits = 8 if k.a == "s8" else 32 if k.a in ("f32", "tf32", "s32") else 16     # the C++'s code -> bits
     return (0 if k.a == q.a else 1, -k.cc, it, (0 if k.unity_stride else 1) if unit else 0,
             -(k.alignment_a * bits // 8) * 1000000 - k.tile[0] * k.tile[1], int(k.split_k))
