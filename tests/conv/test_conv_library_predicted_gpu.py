@@ -1,7 +1,8 @@
-"""The conv library's predicted-time dispatch on a GPU: configs/conv/sm90a_resnet50.yaml's f16 2-D fprop and wgrad
-kernels (10) emitted and built (`emitter build`), profiled (`emitter profile`, two ResNet-50 layers at N = 32: writes
-tuning.json and profile.json), exported with that tuning table (so with the profile.json beside it: kConvMeasured)
-and built with CMake (about 4-6 minutes on 16 cores); then, on layers between and at the profiled ones:
+"""The conv library's predicted-time dispatch on a GPU: five of configs/conv/sm90a_resnet50.yaml's f16 2-D kernels
+(fprop 128x128 implicit at clusters 1x1 and 1x2, the 128x256 cooperative and 128x128 pingpong 1x1 GEMMs, wgrad
+128x128 split-K) emitted and built (`emitter build`), profiled (`emitter profile`, two ResNet-50 layers at N = 32:
+writes tuning.json and profile.json), exported with that tuning table (so with the profile.json beside it:
+kConvMeasured) and built with CMake (about 3 minutes on 16 cores); then, on layers between and at the profiled ones:
 
 * conv_select says 'predicted' between layers and 'tuned' at a profiled one, and picks the kernel the Python twin
   (emitter/families/conv/library_dispatch.py over the same tables) picks, split-K count included;
@@ -26,7 +27,7 @@ from _helpers import load_module  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
 NAME = "convpred"
-SELECT = "dims=2 a=f16 op=fprop,wgrad"
+SELECT = "dims=2 a=f16 op=fprop,wgrad tile=128x128x64,128x256x64"
 TUNE = ["n=32,h=28,w=28,c=128,k=128,r=3,s=3,pad=1", "n=32,h=14,w=14,c=256,k=256,r=1,s=1"]
 
 
