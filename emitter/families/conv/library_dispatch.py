@@ -37,7 +37,6 @@ from typing import Callable, Iterable, Sequence
 
 from emitter.kit.library import log2_fixed
 
-OP_CODES = {"fprop": 1, "dgrad": 2, "wgrad": 3}
 # the static priority's iterator rank (api.cpp.j2's kSmall / kLarge): small or unaligned C (C < 16 or C % 8) first
 # fixed-channel, few-channel, analytic, optimized kernels; otherwise the reverse
 _SMALL_C = {"analytic": 2, "optimized": 3, "few_channels": 1, "fixed_channels": 0}
