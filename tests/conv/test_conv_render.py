@@ -22,6 +22,10 @@ SPECS = {
     ("sm80", "fprop"): "arch: sm80\nop: fprop\ndtype: f16\ntile: 128x128x64\nwarp: 64x64x64\nstages: 3\n",
     ("sm80", "wgrad"): "arch: sm80\nop: wgrad\ndtype: f16\ntile: 128x128x64\nwarp: 64x64x64\nsplit_k: serial\n",
     ("sm80", "dgrad"): "arch: sm80\nop: dgrad\ndtype: f16\ntile: 128x128x64\nwarp: 64x64x64\nstride_support: strided\n",
+    ("sm80", "group_single"): "arch: sm80\nop: fprop\ndtype: f16\ntile: 128x64x64\nwarp: 64x32x64\nstages: 3\n"
+                              "group_mode: single\n",
+    ("sm80", "group_multiple"): "arch: sm80\nop: fprop\ndtype: f16\ntile: 64x64x32\nwarp: 32x32x32\nstages: 2\n"
+                                "iterator: analytic\ngroup_mode: multiple\nalignment: {a: 1, b: 1, c: 8}\n",
     ("sm90a", "fprop"): "arch: sm90a\nop: fprop\ndtype: f16\ntile: 128x128x64\ncluster: 1x1x1\n",
     ("sm90a", "wgrad"): "arch: sm90a\nop: wgrad\ndtype: bf16\ntile: 128x128x64\n",
 }

@@ -36,7 +36,7 @@ def c_problem_from(problem, pointers: dict[str, int]) -> EmitterConvProblem:
     out = EmitterConvProblem(
         n=p.n, d=p.d, h=p.h, w=p.w, c=p.c, k=p.k, t=p.t, r=p.r, s=p.s, z=zpq[0], p=zpq[1], q=zpq[2],
         pad_front=_I3(*p.pad_front), pad_back=_I3(*p.pad_back), stride=_I3(*p.stride), dilation=_I3(*p.dilation),
-        groups=1, split_k_slices=p.split_k, options=0, reserved=0,
+        groups=getattr(p, "groups", 1), split_k_slices=p.split_k, options=0, reserved=0,
         stride_x=_L4(0, 0, 0, 0), stride_w=_L4(0, 0, 0, 0), stride_y=_L4(0, 0, 0, 0),
         alpha=p.alpha, beta=p.beta)
     for name in ("x", "w", "y", "source", "bias"):

@@ -15,6 +15,10 @@ its own mark on the output, and `signature_misses` checks the verdict for that m
                        other one is wrong; dgrad leaves the input rows past the stride-1 window's reach at zero
                        (the skipped rows); every op equals the stride-1 convolution (the fault model)
   row_short            the last output row (wgrad: the last filters) never written, everything else right
+  group_offset         (grouped problems) the group's input-channel offset never applied: every group reads group
+                       0's input channels, so fprop's output channels (wgrad's filters) of group 0 stay right and
+                       those of every other group go wrong; dgrad writes every group's gradient into group 0's
+                       channels
 
 `fault_model_reference` computes the float64 output a kernel with the fault produces, from transformed
 inputs and reference.conv_numpy (fake.py computes the faults inside its own arithmetic instead): a failing
@@ -32,7 +36,8 @@ from emitter.families.conv import reference as _reference
 from emitter.families.conv.reference import MAP_LIMIT, element_mismatches, locate  # noqa: F401 (check's names)
 from emitter.families.conv.problem import ConvProblem
 
-FAULTS = ("wrong_padding", "swapped_filter_axes", "stride_ignored", "row_short")
+FAULTS = ("wrong_padding", "swapped_filter_axes", "stride_ignored", "row_short")   # any problem
+GROUP_FAULTS = ("group_offset",)                                                      # grouped problems only
 
 
 def fault_name(kind: str) -> str:
@@ -130,6 +135,16 @@ def fault_model_reference(fault: str, cfg: Mapping[str, Any], p: ConvProblem, va
             dy = np.zeros(one.shape("y"))
             dy[:, :z, :pp, :q] = y
             acc = _reference.conv_numpy(op, one, x, w, dy)
+    elif fault == "group_offset":
+        if p.groups < 2:
+            raise ValueError("group_offset needs a grouped problem (groups > 1)")
+        cg = p.c // p.groups
+        if op == "dgrad":
+            one = _reference.conv_numpy(op, p, x, w, y)
+            acc = np.zeros_like(one)
+            acc[..., :cg] = one.reshape(one.shape[:4] + (p.groups, cg)).sum(axis=4)
+        else:                       # every group's slice of x is group 0's
+            acc = _reference.conv_numpy(op, p, np.tile(x[..., :cg], (1, 1, 1, 1, p.groups)), w, y)
     else:
         raise ValueError(f"no fault model for {fault!r} (row_short is checked by its unwritten elements)")
     return _reference.epilogue(dict(cfg), p, acc, values.get("source"), values.get("bias"))
@@ -185,6 +200,14 @@ def signature_misses(fault: str, op: str, p: ConvProblem, verdict: Mapping[str, 
                  and ((i > 0 and p.stride[1] > 1) or (j > 0 and p.stride[2] > 1))]
         if right:
             miss.append(f"positions a stride-1 window misses are right: {right[:4]}")
+    elif fault == "group_offset" and op in ("fprop", "wgrad"):
+        kg = p.k // p.groups
+        bad = set(verdict.get("bad_channels" if op == "fprop" else "bad_outer", []))
+        if bad & set(range(kg)):
+            miss.append(f"group 0's output channels wrong ({sorted(bad & set(range(kg)))[:4]}): its offset is 0 anyway")
+        wrong_groups = {k // kg for k in bad}
+        if wrong_groups != set(range(1, p.groups)):
+            miss.append(f"groups with wrong output channels {sorted(wrong_groups)}, not every group but the first")
     elif fault == "stride_ignored" and op == "dgrad":
         z, pp, q = p.output_extents()
         reach = (pp - 1) - p.pad_front[1] + (p.r - 1) * p.dilation[1]     # last input row a stride-1 dy reaches
@@ -196,5 +219,5 @@ def signature_misses(fault: str, op: str, p: ConvProblem, verdict: Mapping[str, 
     return miss
 
 
-__all__ = ["FAULTS", "element_mismatches", "locate", "padding_reach", "grow_with_halo", "fold_halo", "unpadded",
+__all__ = ["FAULTS", "GROUP_FAULTS", "element_mismatches", "locate", "padding_reach", "grow_with_halo", "fold_halo", "unpadded",
            "fault_model_reference", "signature_misses", "fault_name"]

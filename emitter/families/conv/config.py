@@ -15,6 +15,7 @@ class ConvManifestError(EmitterError):
 
 _OPS = ("fprop", "dgrad", "wgrad")
 _KERNELS = ("implicit", "gemm_1x1")
+_GROUP_MODES = ("none", "single", "multiple")
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class ConvConfig:
     clamp_max: float = 6.0
     kernel: str = "implicit"        # implicit | gemm_1x1 (sm90a 1x1 conv as a persistent GEMM)
     scheduler: str = "auto"         # gemm_1x1: persistent | stream_k
+    group_mode: str = "none"        # none | single | multiple (sm80 grouped fprop)
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @staticmethod
@@ -77,7 +79,8 @@ class ConvConfig:
             bias=bool(ep.get("bias", False)), clamp_min=float(ep.get("clamp_min", 0.0)),
             clamp_max=float(ep.get("clamp_max", 6.0)),
             kernel=get("kernel", str, _KERNELS) if "kernel" in cfg else "implicit",
-            scheduler=str(cfg.get("scheduler", "auto")), raw=dict(cfg))
+            scheduler=str(cfg.get("scheduler", "auto")),
+            group_mode=get("group_mode", str, _GROUP_MODES) if "group_mode" in cfg else "none", raw=dict(cfg))
 
     @property
     def cfg(self) -> dict[str, Any]:
@@ -85,6 +88,6 @@ class ConvConfig:
         return {"op": self.op, "arch": self.arch, "dims": self.dims, "alignment_a": self.alignment_a,
                 "alignment_b": self.alignment_b, "alignment_c": self.alignment_c, "iterator": self.iterator,
                 "stride_support": self.stride_support, "split_k": self.split_k, "kernel": self.kernel,
-                "scheduler": self.scheduler,
+                "scheduler": self.scheduler, "group_mode": self.group_mode, "tile": list(self.tile),
                 "epilogue": {"activation": self.activation, "bias": self.bias, "clamp_min": self.clamp_min,
                              "clamp_max": self.clamp_max}}

@@ -9,6 +9,11 @@ one cannot cancel in the other. Planted faults (FAKE_FAULTS) imitate kernel bugs
   conv_swapped_filter_axes  the filter read (wgrad: written) with R and S exchanged; a square filter only
   conv_stride_ignored       the window stepped by 1 instead of the stride
   conv_row_short            the last output row (wgrad: the last filter) never written
+  conv_group_offset         grouped problems: the group's channel offset never applied, so every group reads
+                            (dgrad: writes, wgrad: correlates with) the input channels of group 0
+
+Grouped problems (p.groups > 1) are computed as the ungrouped convolution with a block-diagonal filter (zero
+outside each group's input channels), not by slicing groups as reference.py does.
 
 check.py says where each one shows in the output (its signature)."""
 
@@ -18,7 +23,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-FAKE_FAULTS = ("conv_wrong_padding", "conv_swapped_filter_axes", "conv_stride_ignored", "conv_row_short")
+FAKE_FAULTS = ("conv_wrong_padding", "conv_swapped_filter_axes", "conv_stride_ignored", "conv_row_short",
+               "conv_group_offset")
 
 
 def _geometry(p: Any, faults: Mapping[str, Any]) -> dict[str, Any]:
@@ -76,8 +82,38 @@ def _swapped_filter(faults: Mapping[str, Any], w_shape: tuple[int, ...]) -> bool
     return True
 
 
+def _block_columns(p: Any, faults: Mapping[str, Any]) -> list[int]:
+    """The first input channel each output channel's group reads (the group offset; 0 for all with the
+    conv_group_offset fault)."""
+    kg, cg = p.k // p.groups, p.c // p.groups
+    return [0 if "conv_group_offset" in faults else (k // kg) * cg for k in range(p.k)]
+
+
+def _grouped(op: str, p: Any, x: np.ndarray, w: np.ndarray, y: np.ndarray, faults: Mapping[str, Any]) -> np.ndarray:
+    from dataclasses import replace
+
+    cg = p.c // p.groups
+    starts = _block_columns(p, faults)
+    full = replace(p, groups=1)
+    faults = {k: v for k, v in faults.items() if k != "conv_group_offset"}    # done by the block columns
+    if op == "wgrad":
+        wide = fake_conv(op, full, x, np.zeros(full.shape("w")), y, faults)       # K x T x R x S x C
+        return np.stack([wide[k, ..., c0:c0 + cg] for k, c0 in enumerate(starts)])
+    wide = np.zeros(full.shape("w"))
+    for k, c0 in enumerate(starts):
+        wide[k, ..., c0:c0 + cg] = w[k]
+    return fake_conv(op, full, x, wide, y, faults)
+
+
 def fake_conv(op: str, p: Any, x: np.ndarray, w: np.ndarray, y: np.ndarray, faults: Mapping[str, Any] = {}) -> np.ndarray:
     """float64 raw convolution of op on 5-D arrays, with planted faults."""
+    if getattr(p, "groups", 1) > 1:
+        return _grouped(op, p, x, w, y, faults)
+    if "conv_group_offset" in faults:
+        from emitter.kit.failures import FakeFaultError
+
+        raise FakeFaultError("conv_group_offset needs a grouped problem (groups > 1): an ungrouped convolution has no "
+                             "group offset to get wrong; plant it on a grouped instance's problem")
     g = _geometry(p, faults)
     outs = p.output_extents()
     swapped = _swapped_filter(faults, (p.k, p.t, p.r, p.s, p.c))

@@ -21,7 +21,8 @@ from typing import Any
 from emitter.dtypes import DType
 from emitter.kit.enums import AUTO, Activation, Arch, Shape3, SplitK
 
-__all__ = ["AUTO", "Activation", "Arch", "ConvEpilogue", "ConvInstance", "ConvKernelKind", "ConvOp", "ConvSchedule",
+__all__ = ["AUTO", "Activation", "Arch", "ConvEpilogue", "ConvGroupMode", "ConvInstance", "ConvKernelKind", "ConvOp",
+           "ConvSchedule",
            "ConvTileScheduler", "IteratorAlgorithm", "Layout", "Rejection", "Shape3", "SplitK", "StrideSupport"]
 
 
@@ -100,6 +101,23 @@ class ConvKernelKind(Enum):
         return self.value
 
 
+class ConvGroupMode(Enum):
+    """Grouped convolution (spec `group_mode:`; sm80 fprop, CUTLASS 2.x DefaultConv2dGroupFprop). none: the
+    ordinary kernels, groups = 1 only. single: a CTA computes output channels of one group (K/groups a multiple of
+    tile n); multiple: a CTA computes several whole groups (tile n a multiple of K/groups; depthwise, groups = C,
+    lands here with one channel a group). Grouped instances run groups > 1 only."""
+    none = "none"
+    single = "single"
+    multiple = "multiple"
+
+    @property
+    def cpp(self) -> str:
+        return {"none": "kNone", "single": "kSingleGroup", "multiple": "kMultipleGroup"}[self.value]
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class ConvSchedule(Enum):          # gemm_1x1 only: the GemmUniversal kernel schedule
     auto = "auto"                  # cooperative
     cooperative = "cooperative"    # two consumer warpgroups share one tile (tile m 128 or 256)
@@ -152,6 +170,7 @@ class ConvInstance:
     schedule: ConvSchedule = ConvSchedule.auto             # gemm_1x1 only
     scheduler: ConvTileScheduler = ConvTileScheduler.auto  # gemm_1x1 only
     swap_ab: bool = False        # gemm_1x1 wgrad only: compute dw^T[C, K] = x^T . dy (M = C, N = K), D column-major
+    group_mode: ConvGroupMode = ConvGroupMode.none         # sm80 fprop only: a grouped-convolution kernel
     spec_file: str = field(default="", compare=False)
     spec_index: int = field(default=0, compare=False)
     spec_hash: str = field(default="", compare=False)
@@ -184,6 +203,8 @@ class ConvInstance:
         skip = {"spec_file", "spec_index", "spec_hash"}
         if self.kernel is ConvKernelKind.implicit:   # the implicit kernel's manifest entry stays as it always was
             skip |= {"kernel", "schedule", "scheduler", "swap_ab"}
+        if self.group_mode is ConvGroupMode.none:    # so does every ungrouped instance's
+            skip.add("group_mode")
         out = {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name not in skip}
         out["dims"] = self.dims
         return out

@@ -3,12 +3,13 @@
 conv<dims>d_<op>_<arch>_<a>_<c>_acc<acc>[_ep<compute>]_<layout>_<tile>_<w..|c..>[_i<instr>]_s<stages>
     [_<iterator>_<stride>_swz<N>] _al<a>x<b>x<c> _<activation>[_bias] [_splitk<serial|parallel>]
     [_gemm1x1_<coop|pingpong>_<persistent|streamk>[_swapab]]      (kernel: gemm_1x1 only; implicit kernels keep their names)
+    [_group<single|multiple>]                                       (grouped kernels only)
 Every configuration field appears (or is at its stated default), so different configs get different names.
 """
 
 from __future__ import annotations
 
-from emitter.families.conv.model import Activation, ConvInstance, ConvKernelKind, ConvSchedule, ConvTileScheduler, SplitK
+from emitter.families.conv.model import Activation, ConvGroupMode, ConvInstance, ConvKernelKind, ConvSchedule, ConvTileScheduler, SplitK
 from emitter.spec import numbers
 
 _ITER = {"analytic": "analytic", "optimized": "opt", "few_channels": "fewch", "fixed_channels": "fixch"}
@@ -52,4 +53,6 @@ def instance_name(inst: ConvInstance) -> str:
         parts += ["gemm1x1", sched[inst.schedule], tiles[inst.scheduler]]
         if inst.swap_ab:
             parts.append("swapab")
+    if inst.group_mode is not ConvGroupMode.none:
+        parts.append(f"group{inst.group_mode.value}")
     return "_".join(parts).lower()

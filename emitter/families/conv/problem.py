@@ -6,7 +6,11 @@ tensor is written (fprop y, dgrad x, wgrad w). 2D problems have d = t = 1 and de
 
 Text form (parse_problem): `n=128,h=56,w=56,c=64,k=64,r=3,s=3,pad=1,stride=1` plus optional d, t, dilation,
 pad_h, pad_w, pad_d, pad_top, pad_bottom, pad_left, pad_right, pad_front_d, pad_back_d, stride_h, stride_w,
-stride_d, dilation_h, dilation_w, dilation_d, alpha, beta, split_k, bias (0/1).
+stride_d, dilation_h, dilation_w, dilation_d, alpha, beta, split_k, bias (0/1), groups.
+
+Grouped convolution (groups = g > 1, F.conv2d's `groups`): c and k are the whole tensors' channel counts, both
+multiples of g; w is K x T x R x S x C/g and output channel k reads input channels [(k // (K/g)) * C/g, ... + C/g).
+Depthwise is groups = c (= k for a multiplier of 1).
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from emitter.errors import SpecError
 PROBLEM_KEYS = (
     "n", "d", "h", "w", "c", "k", "t", "r", "s", "pad", "pad_d", "pad_h", "pad_w", "pad_top", "pad_bottom",
     "pad_left", "pad_right", "pad_front_d", "pad_back_d", "stride", "stride_d", "stride_h", "stride_w",
-    "dilation", "dilation_d", "dilation_h", "dilation_w", "alpha", "beta", "split_k", "bias", "data", "label",
+    "dilation", "dilation_d", "dilation_h", "dilation_w", "alpha", "beta", "split_k", "bias", "groups", "data",
+    "label",
 )
 MAX_EXTENT = 1 << 20
 
@@ -45,6 +50,7 @@ class ConvProblem:
     beta: float = 0.0
     split_k: int = 1
     bias: bool = False
+    groups: int = 1
 
     # ---- geometry
     def output_extents(self) -> tuple[int, int, int]:
@@ -62,18 +68,21 @@ class ConvProblem:
 
     def shape(self, tensor: str) -> tuple[int, int, int, int, int]:
         z, p, q = self.output_extents()
-        return {"x": (self.n, self.d, self.h, self.w, self.c), "w": (self.k, self.t, self.r, self.s, self.c),
+        return {"x": (self.n, self.d, self.h, self.w, self.c),
+                "w": (self.k, self.t, self.r, self.s, self.c // max(self.groups, 1)),
                 "y": (self.n, z, p, q, self.k)}[tensor]
 
     def gemm(self, op: str) -> tuple[int, int, int]:
-        """(M, N, K) of the implicit GEMM of operation op."""
+        """(M, N, K) of the implicit GEMM of operation op (grouped: N and K of the whole problem, the reduction
+        K of one group, which is what each output element sums)."""
         z, p, q = self.output_extents()
         trs = self.t * self.r * self.s
+        g = max(self.groups, 1)
         if op == "fprop":
-            return self.n * z * p * q, self.k, trs * self.c
+            return self.n * z * p * q, self.k, trs * self.c // g
         if op == "dgrad":
-            return self.n * self.d * self.h * self.w, self.c, trs * self.k
-        return self.k, trs * self.c, self.n * z * p * q
+            return self.n * self.d * self.h * self.w, self.c, trs * self.k // g
+        return self.k, trs * self.c // g, self.n * z * p * q
 
     def problem_errors(self) -> list[str]:
         """Why these numbers are no convolution at all (independent of any kernel)."""
@@ -92,12 +101,19 @@ class ConvProblem:
                         f"than the padded input: no output")
         if self.split_k < 1:
             errs.append("split_k must be >= 1")
+        if self.groups < 1:
+            errs.append(f"groups={self.groups} must be >= 1")
+        elif self.c % self.groups or self.k % self.groups:
+            errs.append(f"groups={self.groups} must divide both c={self.c} and k={self.k} (each group convolves "
+                        f"c/groups input channels into k/groups output channels)")
         return errs
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         for key in ("pad_front", "pad_back", "stride", "dilation"):
             d[key] = list(d[key])
+        if d["groups"] == 1:        # ungrouped problems keep the records they always had
+            del d["groups"]
         return d
 
     @staticmethod
@@ -118,6 +134,7 @@ class ConvProblem:
         geo += f"_{pads}_str{'x'.join(map(str, self.stride))}_dil{'x'.join(map(str, self.dilation))}"
         geo += f"_a{self.alpha:g}_b{self.beta:g}" + (f"_splitk{self.split_k}" if self.split_k > 1 else "")
         geo += "_bias" if self.bias else ""
+        geo += f"_g{self.groups}" if self.groups > 1 else ""
         return (geo + f"_{data}").replace("-", "m")
 
 
@@ -165,7 +182,7 @@ def problem_from_mapping(item: Mapping[str, Any], where: str = "<problem>", line
                     k=num("k", 1, lo=1), r=num("r", 1, lo=1), s=num("s", 1, lo=1), d=num("d", 1, lo=1),
                     t=num("t", 1, lo=1), pad_front=tuple(pf), pad_back=tuple(pb), stride=stride, dilation=dilation,
                     alpha=num("alpha", 1.0, float, lo=float("-inf")), beta=num("beta", 0.0, float, lo=float("-inf")),
-                    split_k=num("split_k", 1, lo=1), bias=bool(bias))
+                    split_k=num("split_k", 1, lo=1), bias=bool(bias), groups=num("groups", 1, lo=1))
     errs = p.problem_errors()
     if errs:
         raise err("", "not a convolution: " + "; ".join(errs), value=dict(item))
@@ -208,12 +225,15 @@ def not_supported_reasons(cfg: Mapping[str, Any], p: ConvProblem) -> list[str]:
     al_a, al_b, al_c = int(cfg["alignment_a"]), int(cfg["alignment_b"]), int(cfg["alignment_c"])
     a_tensor, b_tensor = {"fprop": ("x", "w"), "dgrad": ("y", "w"), "wgrad": ("y", "x")}[op]
     out = {"fprop": "y", "dgrad": "x", "wgrad": "w"}[op]
-    chan = {"x": p.c, "w": p.c, "y": p.k}
+    # a grouped kernel reads each group's C/g channels of a row in vector accesses: the per-group count aligns
+    chan = {"x": p.c // p.groups, "w": p.c // p.groups, "y": p.k}
+    reasons += group_reasons(cfg, p)
     if dims == 2 and p.dims == 3:
         reasons.append("a 2D instance cannot run a problem with depth (d, t, depth padding/stride/dilation)")
     for tensor, al, role in ((a_tensor, al_a, "A"), (b_tensor, al_b, "B"), (out, al_c, "C/D")):
         if chan[tensor] % al:
-            reasons.append(f"{'C' if tensor != 'y' else 'K'}={chan[tensor]} is not a multiple of operand {role}'s "
+            reasons.append(f"{'C' if tensor != 'y' else 'K'}{'/groups' if tensor != 'y' and p.groups > 1 else ''}"
+                           f"={chan[tensor]} is not a multiple of operand {role}'s "
                            f"alignment {al} ({tensor} rows are read {al} elements at a time)")
     stream_k = cfg.get("kernel", "implicit") == "gemm_1x1" and cfg.get("scheduler") == "stream_k"
     if p.split_k > 1 and cfg.get("split_k", "none") not in ("serial", "parallel") and not stream_k:
@@ -251,6 +271,32 @@ def not_supported_reasons(cfg: Mapping[str, Any], p: ConvProblem) -> list[str]:
         if p.split_k > 1 and op == "dgrad" and max(p.stride) > 1:
             reasons.append("split-K strided dgrad is not supported")
     return reasons
+
+
+def group_reasons(cfg: Mapping[str, Any], p: ConvProblem) -> list[str]:
+    """What a problem's `groups` asks of an instance (CUTLASS 2.x ImplicitGemmConvolution::can_implement's group
+    rules, said before a launch): an ungrouped instance (group_mode none, every instance before grouped ones
+    existed) runs groups = 1 only; a grouped one (sm80 DefaultConv2dGroupFprop) runs groups > 1 only, with
+    single: K/groups a multiple of tile n (a CTA's output channels lie in one group), multiple: tile n a
+    multiple of K/groups (a CTA covers whole groups)."""
+    mode = cfg.get("group_mode", "none")
+    if mode == "none":
+        if p.groups > 1:
+            return [f"groups={p.groups}: this instance computes ungrouped convolutions only (group_mode none); a "
+                    f"grouped problem runs on a group_mode: single or multiple instance"]
+        return []
+    if p.groups == 1:
+        return [f"groups=1: this is a grouped instance (group_mode {mode}); an ungrouped problem runs on a "
+                f"group_mode: none instance"]
+    k_group = p.k // p.groups
+    tile_n = int(cfg["tile"][1]) if cfg.get("tile") else 0
+    if mode == "single" and tile_n and k_group % tile_n:
+        return [f"K/groups={k_group} is not a multiple of tile n {tile_n}: group_mode single computes one group a "
+                f"CTA (use a group_mode: multiple instance, whose tile n is a multiple of K/groups)"]
+    if mode == "multiple" and tile_n and tile_n % k_group:
+        return [f"tile n {tile_n} is not a multiple of K/groups={k_group}: group_mode multiple computes whole groups "
+                f"a CTA (use a group_mode: single instance when K/groups is a multiple of its tile n)"]
+    return []
 
 
 def gemm_1x1_reasons(p: ConvProblem) -> list[str]:
@@ -302,6 +348,38 @@ def _strided_dgrad_problems(c: int, k: int) -> list[ConvProblem]:
     ]
 
 
+def _grouped_problems(cfg: Mapping[str, Any]) -> list[ConvProblem]:
+    """For a grouped instance: groups 2, 3 and 4 (and groups = C, depthwise, where one channel a group is an
+    access), C/groups an odd multiple of the alignment, K/groups as the group mode needs it (single: tile n and
+    twice it; multiple: tile n, its half and quarter), stride 2, dilation 2, 1x1 and 7x7 filters, asymmetric
+    padding, beta 0 and != 0: a wrong group offset (a group reading its neighbour's channels) shows everywhere
+    but in group 0."""
+    al = max(int(cfg["alignment_a"]), int(cfg["alignment_b"]))
+    tn = int(cfg["tile"][1])
+    kgs = [tn, 2 * tn] if cfg.get("group_mode") == "single" else [tn, max(tn // 2, 1), max(tn // 4, 1)]
+
+    def grouped(g: int, cg: int, kg: int, **geo: Any) -> ConvProblem:
+        return ConvProblem(c=g * cg, k=g * kg, groups=g, **geo)
+
+    out = [
+        grouped(2, al * 3, kgs[0], n=2, h=9, w=11, r=3, s=3, pad_front=(0, 1, 1), pad_back=(0, 1, 1)),
+        grouped(4, al * 5, kgs[1], n=3, h=13, w=10, r=3, s=3, pad_front=(0, 1, 1), pad_back=(0, 1, 1),
+                stride=(1, 2, 2), beta=0.5, alpha=1.5),
+        grouped(3, al, kgs[-1], n=2, h=12, w=12, r=3, s=3, pad_front=(0, 2, 2), pad_back=(0, 2, 2),
+                dilation=(1, 2, 2)),
+        grouped(4, al * 2, kgs[0], n=4, h=7, w=9, r=1, s=1),
+        grouped(2, al * 3, kgs[1], n=2, h=23, w=21, r=7, s=7, pad_front=(0, 3, 3), pad_back=(0, 3, 3),
+                stride=(1, 2, 2), beta=-1.0),
+        grouped(3, al * 3, kgs[0], n=2, h=10, w=9, r=3, s=3, pad_front=(0, 1, 2), pad_back=(0, 0, 1), beta=1.0),
+    ]
+    if al == 1:      # depthwise (groups = C = K): a group's one channel is one access
+        c = max(int(cfg["alignment_c"]), 8) * 5
+        out.append(ConvProblem(n=2, h=11, w=13, c=c, k=c, groups=c, r=3, s=3, pad_front=(0, 1, 1),
+                               pad_back=(0, 1, 1), stride=(1, 2, 2), beta=0.5))
+        out.append(ConvProblem(n=3, h=9, w=8, c=c, k=c, groups=c, r=5, s=5, pad_front=(0, 2, 2), pad_back=(0, 2, 2)))
+    return out
+
+
 def default_problems(cfg: Mapping[str, Any], quick: bool = False) -> list[tuple[ConvProblem, str]]:
     """Odd sizes (C, K not tile multiples, stride 2, dilation 2, 1x1, 7x7, asymmetric padding), beta 0 and != 0;
     the cases the instance cannot run are left out (their reason is what not_supported_reasons says)."""
@@ -335,6 +413,8 @@ def default_problems(cfg: Mapping[str, Any], quick: bool = False) -> list[tuple[
                 for p in base if p.r == 3 and p.dilation == (1, 1, 1)][:3]
     if cfg.get("kernel", "implicit") == "gemm_1x1":
         base = _gemm_1x1_problems(cfg, quick)
+    if cfg.get("group_mode", "none") != "none":
+        base = _grouped_problems(cfg)
     if cfg.get("split_k") == "serial":
         base = [replace(p, split_k=3) for p in base]
     elif cfg.get("split_k") == "parallel":   # sm90a: 3 slices (split-K mode) and 1 (the stream-K heuristic) in turn

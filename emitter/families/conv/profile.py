@@ -80,7 +80,7 @@ def profile_op(cfg: Any) -> ConvOp:
                   activation=cfg.activation, bias=bool(cfg.bias))
 
 
-_GEOMETRY = ("n", "d", "h", "w", "c", "k", "t", "r", "s", "pad_front", "pad_back", "stride", "dilation")
+_GEOMETRY = ("n", "d", "h", "w", "c", "k", "t", "r", "s", "pad_front", "pad_back", "stride", "dilation", "groups")
 
 
 @dataclass(frozen=True, order=True)
@@ -102,6 +102,7 @@ class ConvProfileProblem:
     pad_back: tuple[int, int, int] = (0, 0, 0)
     stride: tuple[int, int, int] = (1, 1, 1)
     dilation: tuple[int, int, int] = (1, 1, 1)
+    groups: int = 1
 
     @property
     def conv(self) -> ConvProblem:
@@ -124,6 +125,8 @@ class ConvProfileProblem:
         for f in _GEOMETRY:
             v = getattr(self, f)
             d[f] = list(v) if isinstance(v, tuple) else v
+        if d["groups"] == 1:        # ungrouped problems keep the records they always had
+            del d["groups"]
         return d
 
     @classmethod
@@ -141,7 +144,7 @@ class ConvProfileProblem:
 
 def profile_problem(p: ConvProblem) -> ConvProfileProblem | str:
     if p.alpha != 1.0 or p.beta != 0.0 or p.split_k != 1 or p.bias:
-        return ("conv profile problems are geometry only (n, h, w, c, k, r, s, padding, stride, dilation): alpha and "
+        return ("conv profile problems are geometry only (n, h, w, c, k, r, s, padding, stride, dilation, groups): alpha and "
                 "beta come from the profile config, split-K from the kernels (split_k_choices), the bias from the "
                 "instance")
     return ConvProfileProblem(**{f: getattr(p, f) for f in _GEOMETRY})
@@ -399,7 +402,8 @@ def _geometry(p: ConvProblem, dims: int) -> dict[str, Any]:
     if p.pad_front != p.pad_back:
         raise BaselineUnavailable("asymmetric padding: torch's convolution takes symmetric padding only")
     sl = slice(1, 3) if dims == 2 else slice(0, 3)
-    return {"stride": tuple(p.stride[sl]), "padding": tuple(p.pad_front[sl]), "dilation": tuple(p.dilation[sl])}
+    return {"stride": tuple(p.stride[sl]), "padding": tuple(p.pad_front[sl]), "dilation": tuple(p.dilation[sl]),
+            "groups": p.groups}
 
 
 def _torch_conv(torch: Any, op: str, dims: int, v: dict[str, Any], p: ConvProblem, geo: dict[str, Any]) -> Any:
@@ -548,7 +552,8 @@ def _geometry_any(p: ConvProblem, dims: int) -> dict[str, Any]:
     if p.pad_front != p.pad_back:
         raise RuntimeError("the conv profile check takes symmetric padding (profile problems with asymmetric padding: "
                            "use emitter verify)")
-    return {"stride": tuple(p.stride[sl]), "padding": tuple(p.pad_front[sl]), "dilation": tuple(p.dilation[sl])}
+    return {"stride": tuple(p.stride[sl]), "padding": tuple(p.pad_front[sl]), "dilation": tuple(p.dilation[sl]),
+            "groups": p.groups}
 
 
 # ------------------------------------------------------------------------------------------------ fake engine
@@ -563,6 +568,12 @@ def profile_fake_problem(cfg: Any, problem: ConvProfileProblem, settings: Any, l
     for i, (ext, flt) in enumerate(((p.d, p.t), (p.h, p.r), (p.w, p.s))):
         need = p.dilation[i] * (flt - 1) + 1
         dims.append(max(min(ext, 12), need))
-    return replace(p, n=min(p.n, 2), d=dims[0], h=dims[1], w=dims[2], c=min(p.c, limit), k=min(p.k, limit),
+    c, k = min(p.c, limit), min(p.k, limit)
+    if p.groups > 1:        # fewer groups of the same width (a grouped instance's rules are per group)
+        cg, kg = p.c // p.groups, p.k // p.groups
+        g = min(p.groups, max(2, limit // max(cg, kg)))
+        c, k = g * cg, g * kg
+        p = replace(p, groups=g)
+    return replace(p, n=min(p.n, 2), d=dims[0], h=dims[1], w=dims[2], c=c, k=k,
                    alpha=float(getattr(settings, "alpha", 1.0)), beta=float(getattr(settings, "beta", 0.0)),
                    split_k=max(int(run_options.get("split_k", 1)), 1), bias=bool(cfg.bias))

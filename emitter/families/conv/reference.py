@@ -7,6 +7,7 @@ out = act(alpha * conv + beta * source + bias). The fake backend (fake.py) compu
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -28,7 +29,16 @@ def _window(p: ConvProblem, t: int, r: int, s: int) -> tuple[slice, slice, slice
 
 
 def conv_numpy(op: str, p: ConvProblem, x: np.ndarray, w: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """The raw convolution (no epilogue) of op: fprop -> y, dgrad -> dx from dy=y, wgrad -> dw from dy=y and x."""
+    """The raw convolution (no epilogue) of op: fprop -> y, dgrad -> dx from dy=y, wgrad -> dw from dy=y and x.
+    Grouped (p.groups > 1): group g's slice of each tensor's channels (x: C/groups, y and w's K: K/groups) is
+    an ungrouped convolution of its own."""
+    g = getattr(p, "groups", 1)
+    if g > 1:
+        cg, kg = p.c // g, p.k // g
+        one = replace(p, c=cg, k=kg, groups=1)
+        parts = [conv_numpy(op, one, x[..., i * cg:(i + 1) * cg], w[i * kg:(i + 1) * kg], y[..., i * kg:(i + 1) * kg])
+                 for i in range(g)]
+        return np.concatenate(parts, axis=0 if op == "wgrad" else 4)
     if op == "fprop":
         xp = _padded(x, p)
         out = np.zeros(p.shape("y"))
@@ -69,7 +79,7 @@ def conv_torch(op: str, p: ConvProblem, x: Any, w: Any, y: Any) -> Any:
     xs = cl(x).requires_grad_(op == "dgrad")
     ws = cl(w).requires_grad_(op == "wgrad")
     xp = F.pad(xs, (fw, bw, fh, bh, fd, bd))
-    out = F.conv3d(xp, ws, stride=p.stride, dilation=p.dilation)
+    out = F.conv3d(xp, ws, stride=p.stride, dilation=p.dilation, groups=getattr(p, "groups", 1))
     if op == "fprop":
         return out.permute(0, 2, 3, 4, 1).detach()
     (g,) = torch.autograd.grad(out, xs if op == "dgrad" else ws, grad_outputs=cl(y))
@@ -139,12 +149,14 @@ def element_mismatches(got: np.ndarray, want: np.ndarray, written: np.ndarray, t
 
 def locate(bad: np.ndarray, unwritten: np.ndarray) -> dict[str, Any]:
     """Where the wrong and the unwritten elements of a 5-D output are: indices along axis 0 (N of x/y, K of w),
-    axis 2 and axis 3 (H/W of x, P/Q of y, R/S of w), and a count per (axis 2, axis 3) position when small."""
+    axis 2 and axis 3 (H/W of x, P/Q of y, R/S of w), axis 4 (channels), and a count per (axis 2, axis 3) position
+    when small."""
     out: dict[str, Any] = {}
     for name, mask in (("bad", bad), ("unwritten", unwritten)):
         out[f"{name}_outer"] = [int(i) for i in np.nonzero(mask.any(axis=(1, 2, 3, 4)))[0]]
         out[f"{name}_rows"] = [int(i) for i in np.nonzero(mask.any(axis=(0, 1, 3, 4)))[0]]
         out[f"{name}_cols"] = [int(i) for i in np.nonzero(mask.any(axis=(0, 1, 2, 4)))[0]]
+        out[f"{name}_channels"] = [int(i) for i in np.nonzero(mask.any(axis=(0, 1, 2, 3)))[0]]
         if mask.shape[2] * mask.shape[3] <= MAP_LIMIT:
             out[f"{name}_map"] = mask.sum(axis=(0, 1, 4)).astype(int).tolist()
     return out

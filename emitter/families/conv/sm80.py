@@ -9,7 +9,7 @@ from __future__ import annotations
 from emitter.dtypes import DType
 from emitter.families.conv.common import GEMM_TEXT, epilogue_text, reject, tensor_text
 from emitter.families.conv.model import (
-    AUTO, Activation, Arch, ConvInstance, ConvOp, IteratorAlgorithm, Rejection, Shape3, SplitK, StrideSupport,
+    AUTO, Activation, Arch, ConvGroupMode, ConvInstance, ConvOp, IteratorAlgorithm, Rejection, Shape3, SplitK, StrideSupport,
 )
 
 ARCHES = (Arch.sm80, Arch.sm86, Arch.sm89)
@@ -37,7 +37,8 @@ _DEFAULT = {(ConvOp.fprop, 2): "DefaultConv2dFprop", (ConvOp.dgrad, 2): "Default
 def _header(name: str) -> str:
     return "cutlass/conv/kernel/" + {"DefaultConv2dFprop": "default_conv2d_fprop.h", "DefaultConv2dDgrad": "default_conv2d_dgrad.h",
                                      "DefaultConv2dWgrad": "default_conv2d_wgrad.h", "DefaultConv3dFprop": "default_conv3d_fprop.h",
-                                     "DefaultConv3dDgrad": "default_conv3d_dgrad.h", "DefaultConv3dWgrad": "default_conv3d_wgrad.h"}[name]
+                                     "DefaultConv3dDgrad": "default_conv3d_dgrad.h", "DefaultConv3dWgrad": "default_conv3d_wgrad.h",
+                                     "DefaultConv2dGroupFprop": "default_conv2d_group_fprop.h"}[name]
 
 
 def stage_bytes(inst: ConvInstance, a: DType) -> int:
@@ -87,6 +88,10 @@ def resolve(inst: ConvInstance) -> ConvInstance | Rejection:
                                                 "which one instance cannot launch: use split_k: serial")
     dims = inst.dims
     it = inst.iterator
+    if inst.group_mode is not ConvGroupMode.none:
+        why = _group_rejection(inst, dims, it)
+        if why is not None:
+            return why
     if it in (IteratorAlgorithm.few_channels, IteratorAlgorithm.fixed_channels):
         if inst.op is not ConvOp.fprop or dims != 2:
             return reject(inst, "iterator-channels", f"iterator {it} exists for 2D fprop only (first layers): use "
@@ -164,6 +169,31 @@ def resolve(inst: ConvInstance) -> ConvInstance | Rejection:
                         alignment_a=al_a, alignment_b=al_b, alignment_c=al_c)
 
 
+def _group_rejection(inst: ConvInstance, dims: int, it: IteratorAlgorithm) -> Rejection | None:
+    """What CUTLASS 2.x's DefaultConv2dGroupFprop builds and its can_implement's static part accepts: 2D NHWC
+    fprop, analytic (single or multiple groups a CTA) or optimized (single only) iterators, no split-K. The
+    run-time part (C and K multiples of groups, K/groups against tile n) is problem.group_reasons."""
+    mode = inst.group_mode
+    if inst.op is not ConvOp.fprop or dims != 2:
+        return reject(inst, "group-fprop-2d", f"group_mode {mode} with {dims}d {inst.op}: CUTLASS 2.x builds grouped "
+                                              f"convolution as 2D fprop only (DefaultConv2dGroupFprop); use op: fprop "
+                                              f"and dims: 2, or group_mode: none")
+    if it in (IteratorAlgorithm.few_channels, IteratorAlgorithm.fixed_channels):
+        return reject(inst, "group-iterator", f"iterator {it} with group_mode {mode}: grouped fprop has analytic and "
+                                              f"optimized iterators only: use iterator: analytic or optimized")
+    if it is IteratorAlgorithm.optimized and mode is ConvGroupMode.multiple:
+        return reject(inst, "group-optimized-single", "group_mode multiple with the optimized iterator: CUTLASS's "
+                                                      "can_implement refuses it (the optimized iterators follow one "
+                                                      "group a CTA): use iterator: analytic, or group_mode: single")
+    if inst.split_k is not SplitK.none:
+        return reject(inst, "group-split-k", f"split_k {inst.split_k} with group_mode {mode}: CUTLASS's grouped "
+                                             f"fprop refuses split-K slices: use split_k: none")
+    if inst.stride_support is StrideSupport.unity:
+        return reject(inst, "group-stride", "stride_support unity with a group_mode: the grouped fprop kernels are "
+                                            "built for any stride: use stride_support: strided")
+    return None
+
+
 def _dgrad_rejection(inst: ConvInstance, dims: int, it: IteratorAlgorithm) -> Rejection | None:
     """What CUTLASS 2.x builds for dgrad. Unity stride: analytic or optimized iterators (3D: optimized). Strided
     (any stride; dx = sum over the taps r with (h + pad - r) divisible by the stride): 2D is
@@ -212,7 +242,8 @@ def template_context(inst: ConvInstance) -> dict:
     else:
         functor, header = _FUNCTOR[ep.activation]
         fargs = []
-    default = _DEFAULT[(inst.op, inst.dims)]
+    grouped = inst.group_mode is not ConvGroupMode.none
+    default = "DefaultConv2dGroupFprop" if grouped else _DEFAULT[(inst.op, inst.dims)]
     t, w = inst.tile, inst.warp
     wc = (t.m // w.m, t.n // w.n, t.k // w.k)
     align = {a_t: inst.alignment_a, b_t: inst.alignment_b, out: inst.alignment_c}
@@ -261,6 +292,9 @@ def template_context(inst: ConvInstance) -> dict:
         "clamp_max": ep.clamp_max,
         "default_kernel": default,
         "default_kernel_header": _header(default),
+        "grouped": grouped,
+        "group_mode": inst.group_mode.value,
+        "group_mode_cpp": f"cutlass::conv::GroupMode::{inst.group_mode.cpp}",
         "problem_size_cpp": "Conv2dProblemSize" if inst.dims == 2 else "Conv3dProblemSize",
         "split_k_serial": inst.split_k is SplitK.serial,
         "smem_limit": SMEM_LIMIT[inst.arch],

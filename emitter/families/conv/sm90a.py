@@ -69,6 +69,10 @@ def mainloop_stage_bytes(inst: ConvInstance) -> int:
 def resolve(inst: ConvInstance) -> ConvInstance | Rejection:
     if inst.arch not in ARCHES:
         return reject(inst, "arch", f"the sm90a conv module does not build {inst.arch}")
+    if inst.group_mode.value != "none":
+        return reject(inst, "group-sm80-only", f"group_mode {inst.group_mode}: grouped convolution is CUTLASS 2.x's "
+                                               f"DefaultConv2dGroupFprop (the 3.x conv collective has no groups): use "
+                                               f"arch: sm80 (its sm_80 build runs on Hopper), or group_mode: none")
     if inst.a not in _INPUTS:
         return reject(inst, "dtype-input", f"{inst.a} convolution is not built on sm90a by emitter: use f16, bf16, "
                                            f"f32 (tf32 math) or s8")

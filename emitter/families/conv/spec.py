@@ -24,6 +24,7 @@ naming the file, line, key path, value, allowed values and a fix.
     scheduler: auto | persistent | stream_k          (gemm_1x1 only; auto = persistent for fprop/dgrad, stream_k for wgrad)
     swap_ab: false | true                            (gemm_1x1 wgrad only: dw^T = x^T . dy, M = C, N = K: a K = 64
                                                       layer fills a 128x64 tile instead of half a 128x128 one)
+    group_mode: none | single | multiple             (sm80 2D fprop: grouped convolution, groups > 1 at run time)
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from typing import Any, Callable, Iterator
 from emitter.dtypes import DType
 from emitter.errors import SpecError
 from emitter.families.conv.model import (
-    AUTO, Activation, Arch, ConvEpilogue, ConvInstance, ConvKernelKind, ConvOp, ConvSchedule, ConvTileScheduler,
+    AUTO, Activation, Arch, ConvEpilogue, ConvGroupMode, ConvInstance, ConvKernelKind, ConvOp, ConvSchedule, ConvTileScheduler,
     IteratorAlgorithm, Layout, Shape3, SplitK, StrideSupport,
 )
 from emitter.spec import notices, points, values
@@ -63,6 +64,8 @@ _kernel = values.enum_parser(ConvKernelKind, {"implicit_gemm": "implicit", "gemm
                                               "1x1": "gemm_1x1"})
 _schedule = values.enum_parser(ConvSchedule, {"coop": "cooperative", "ping_pong": "pingpong"})
 _scheduler = values.enum_parser(ConvTileScheduler, {"streamk": "stream_k", "stream-k": "stream_k"})
+_group_mode = values.enum_parser(ConvGroupMode, {"single_group": "single", "multiple_groups": "multiple",
+                                                 "multiple_group": "multiple", "ungrouped": "none"})
 
 
 def _dims(ctx: _Ctx, path: KeyPath, v: Any) -> Layout:
@@ -114,6 +117,7 @@ SPEC_KEYS: dict[str, Callable[[_Ctx, KeyPath, Any], list[Assign]]] = {
     "schedule": points.leaf("schedule", _schedule),
     "scheduler": points.leaf("scheduler", _scheduler),
     "swap_ab": points.leaf("swap_ab", values.boolean),
+    "group_mode": points.leaf("group_mode", _group_mode),
 }
 META_KEYS = {"family", "name", "description", "exclude"}
 REQUIRED = ("arch", "op", "dtype", "tile")
@@ -198,6 +202,7 @@ def _build(point: Assign) -> ConvInstance:
         schedule=point.get("schedule", ConvSchedule.auto),
         scheduler=point.get("scheduler", ConvTileScheduler.auto),
         swap_ab=point.get("swap_ab", False),
+        group_mode=point.get("group_mode", ConvGroupMode.none),
     )
 
 

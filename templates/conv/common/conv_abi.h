@@ -10,7 +10,7 @@
 extern "C" {
 #endif
 
-// One convolution, always described by its forward geometry (cross-correlation, groups = 1):
+// One convolution, always described by its forward geometry (cross-correlation; grouped: C and K split in groups):
 //   x: activations N x D x H x W x C (NDHWC; 2D instances: D = T = Z = 1, pad/stride/dilation [0] = 0/1/1)
 //   w: filters     K x T x R x S x C
 //   y: output      N x Z x P x Q x K, Z/P/Q = (D/H/W + pad_front + pad_back - dilation*(T/R/S-1) - 1)/stride + 1
@@ -29,7 +29,7 @@ typedef struct emitter_conv_problem {
   int pad_back[3];              // padding after (bottom/right) per spatial dim
   int stride[3];
   int dilation[3];
-  int groups;                   // 1 (grouped convolution is not supported)
+  int groups;                   // >= 1, dividing c and k: w is K x T x R x S x C/groups (group_mode instances: > 1)
   int split_k_slices;           // >= 1; > 1 only for split-K instances
   int options;                  // reserved, 0
   int reserved;                 // 0

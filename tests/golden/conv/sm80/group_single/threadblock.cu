@@ -1,0 +1,9 @@
+// ================================================================================================
+// level 3: threadblock -- multistage (cp.async) mainloop over the implicit-GEMM iterators (optimized, strided stride), swizzle
+// ================================================================================================
+using ThreadblockShape = cutlass::gemm::GemmShape<128, 64, 64>;
+static constexpr int kStages = 3;
+// How A and B tiles are gathered from the NHWC tensors without materializing im2col:
+static constexpr cutlass::conv::IteratorAlgorithm kIteratorAlgorithm = cutlass::conv::IteratorAlgorithm::kOptimized;
+static constexpr cutlass::conv::StrideSupport kStrideSupport = cutlass::conv::StrideSupport::kStrided;
+using ThreadblockSwizzle = cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>;
