@@ -270,8 +270,10 @@ def candidate_order(kernels: Sequence, tuning: Sequence, q: ConvQuery,
 
 
 def default_split_k(k, q: ConvQuery, sms: int) -> int:
-    """Mirror of conv_split_k (api.cpp.j2): slices for a split-K kernel no record ranked -- output tiles x slices
-    fill one wave of SMs, each slice keeping >= 8 tile-k iterations, at most 64."""
+    """Mirror of conv_split_k (api.cpp.j2), the profiler's one-wave count (conv.runtime.choose_split_k): slices for a
+    split-K kernel no record ranked, each slice keeping >= 8 tile-k iterations, at most 64. Serial (sm80): the fewest
+    slices whose CTAs cover the SMs; parallel (sm90a: wgrad tiled along C only, tile counts padded to whole
+    clusters): the most slices whose units fit one wave."""
     sms = max(sms, 1)
     if k.op == "fprop":
         m, n, kk = q.npq, q.k, q.r * q.s * q.ci
@@ -279,9 +281,15 @@ def default_split_k(k, q: ConvQuery, sms: int) -> int:
         m, n, kk = q.n * q.h * q.w, q.ci, q.r * q.s * q.k
     else:
         m, n, kk = q.k, q.r * q.s * q.ci, q.npq
+    parallel = bool(k.split_k and k.arch_specific)
     tiles = _ceil_div(m, k.tile[0]) * _ceil_div(n, k.tile[1])
+    if parallel and k.op == "wgrad":
+        cm, cn = max(k.cluster[0], 1), max(k.cluster[1], 1)
+        tm, tn = _ceil_div(m, k.tile[0]), _ceil_div(q.ci, k.tile[1]) * q.r * q.s
+        tiles = _ceil_div(tm, cm) * cm * _ceil_div(tn, cn) * cn
+    tiles = max(tiles, 1)
     most = max(1, min(64, _ceil_div(kk, k.tile[2]) // 8))
-    return max(1, min(most, _ceil_div(sms, max(tiles, 1))))
+    return max(1, min(most, sms // tiles if parallel else _ceil_div(sms, tiles)))
 
 
 def launch_split_k(kernels: Sequence, tuning: Sequence, measured: Sequence[ConvMeasuredRecord], c: ConvCandidate,
