@@ -280,3 +280,26 @@ def test_verify_set_holds_grouped_instances_that_verify_on_the_fake_backend(tmp_
     assert r.returncode == 1, r.stdout[-2000:]
     res = json.loads((out / "verify" / "results.json").read_text())
     assert res["summary"]["cases"]["PASSED"] == 0
+
+
+# ------------------------------------------------------------------------------------------------ the GPU runner's launches
+@pytest.mark.parametrize("text", [SINGLE, MULTIPLE])
+def test_runner_planted_launches_on_grouped_instances(text):
+    """The GPU runner's default cases and planted launches (group_offset among them: x handed over with every
+    group's channels replaced by group 0's) run by the CPU stand-in kernel of test_conv_runner_cpu.py."""
+    pytest.importorskip("torch")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_conv_runner_cpu import StandIn
+
+    from emitter.families.conv.runner import expected_reason, planted_bugs, planted_problem, run_case
+
+    k = StandIn(config(text))
+    p = planted_problem(k.cfg)
+    assert p.groups == 4 and not not_supported_reasons(k.cfg.cfg, p)
+    assert "group_offset" in planted_bugs(k.cfg)
+    assert run_case(k, p, "normal", 3)["status"] == "PASSED"
+    for bug in planted_bugs(k.cfg):
+        v = run_case(k, p, "normal", 3, planted=bug)
+        assert expected_reason(bug, v), (bug, v.get("status"), v.get("reason"), v.get("signature_misses"))
+    for i, (q, data) in enumerate(default_problems(k.cfg.cfg, quick=True)):
+        assert run_case(k, q, data, i)["status"] == "PASSED", q.label(data)

@@ -126,16 +126,26 @@ class ConvKernel:
 
 # ------------------------------------------------------------------------------------------------ verification
 PLANTED = ("wrong_padding", "swapped_filter_axes", "stride_ignored", "row_short")
+GROUP_PLANTED = ("group_offset",)      # grouped instances: every group handed group 0's input channels
 
 
 def planted_bugs(cfg: ConvConfig) -> tuple[str, ...]:
     """The planted bugs that apply to an instance: a `kernel: gemm_1x1` instance runs 1x1, stride-1, unpadded
-    problems only (padding and stride bugs are refused, and swapping R and S of a 1x1 filter changes nothing)."""
-    return ("row_short",) if cfg.kernel == "gemm_1x1" else PLANTED
+    problems only (padding and stride bugs are refused, and swapping R and S of a 1x1 filter changes nothing);
+    a grouped instance also gets the wrong group offset."""
+    if cfg.kernel == "gemm_1x1":
+        return ("row_short",)
+    return PLANTED + GROUP_PLANTED if cfg.group_mode != "none" else PLANTED
 
 
 def planted_problem(cfg: ConvConfig) -> ConvProblem:
-    """A problem every planted bug changes visibly: 3x3, stride 2, padding 1, odd sizes (1x1 for gemm_1x1)."""
+    """A problem every planted bug changes visibly: 3x3, stride 2, padding 1, odd sizes (1x1 for gemm_1x1; four
+    groups for a grouped instance, K/groups its tile n (single) or half of it (multiple))."""
+    if cfg.group_mode != "none":
+        cg = 3 * max(cfg.alignment_a, cfg.alignment_b)
+        kg = cfg.tile[1] if cfg.group_mode == "single" else cfg.tile[1] // 2
+        return ConvProblem(n=2, h=15, w=13, c=4 * cg, k=4 * kg, groups=4, r=3, s=3, pad_front=(0, 1, 1),
+                           pad_back=(0, 1, 1), stride=(1, 2, 2))
     al = max(cfg.alignment_a, cfg.alignment_b, cfg.alignment_c, 8)
     if cfg.kernel == "gemm_1x1":
         return ConvProblem(n=2, h=15, w=13, c=al * 3, k=al * 5, r=1, s=1, bias=cfg.bias)
@@ -172,6 +182,13 @@ def run_case(kern: ConvKernel, p: ConvProblem, data: str, seed: int, planted: st
             raise ValueError(f"planted swapped_filter_axes needs a square filter (R = S), not R={p.r} S={p.s}")
         if out_name != "w":
             dev["w"] = dev["w"].transpose(2, 3).contiguous()
+    elif planted == "group_offset":          # every group reads group 0's input channels (offset never applied)
+        if p.groups < 2:
+            raise ValueError("planted group_offset needs a grouped problem (groups > 1)")
+        cg = p.c // p.groups
+        if out_name != "y":
+            raise ValueError("planted group_offset is planted on grouped fprop (the kernels that have groups)")
+        dev["x"] = dev["x"][..., :cg].repeat(1, 1, 1, 1, p.groups).contiguous()
     elif planted == "stride_ignored":        # the kernel runs stride 1 into a larger output; we read its corner
         launch_p = replace(p, stride=(1, 1, 1))
         big = launch_p.shape(out_name)
@@ -335,9 +352,10 @@ def main(argv: list[str] | None = None) -> int:
             if why:   # e.g. a fixed-channels kernel: the planted geometry is not one it runs; not a miss
                 print(f"SKIP  {kern.name}  planted bugs: the planted problem does not apply ({'; '.join(why)})")
                 continue
-            for bug in PLANTED:
+            for bug in PLANTED + GROUP_PLANTED:
                 if bug not in planted_bugs(kern.cfg):
-                    print(f"SKIP  {kern.name}  planted {bug}: does not apply to a gemm_1x1 instance")
+                    if bug not in GROUP_PLANTED:
+                        print(f"SKIP  {kern.name}  planted {bug}: does not apply to a gemm_1x1 instance")
                     continue
                 if bug == "stride_ignored" and p.stride[1] == 1:
                     print(f"SKIP  {kern.name}  planted {bug}: a unity-stride instance")
