@@ -61,7 +61,7 @@ _FAKE_SHIMS_HEAD = r"""
 #include "emitter_conv_abi.h"
 extern "C" {
 emitter_conv_problem g_last;
-int g_runs = 0, g_last_kernel = -1, g_refuse = 0, g_align_c = 0;
+int g_runs = 0, g_last_kernel = -1, g_refuse = 0, g_align_c = 0, g_ungrouped = 0;
 long long g_workspace = 0;
 void* g_last_ws = nullptr;
 void* g_last_stream = nullptr;
@@ -69,6 +69,7 @@ static int fake_query(int i, const emitter_conv_problem* p, emitter_launch* out)
   if (p == nullptr || out == nullptr) return EMITTER_INVALID_ARGUMENT;
   if (g_refuse & (1 << i)) return EMITTER_CANNOT_IMPLEMENT;
   if (g_align_c && p->c % g_align_c) return EMITTER_CANNOT_IMPLEMENT;   // the real kernels' channel-alignment rule
+  if ((g_ungrouped & (1 << i)) && p->groups != 1) return EMITTER_CANNOT_IMPLEMENT;   // a group_mode none kernel
   std::memset(out, 0, sizeof(*out));
   out->workspace_bytes = g_workspace;
   return EMITTER_OK;
@@ -214,7 +215,7 @@ def mod(built):
     m._conv_empty = lambda shape, tdt, dev: FakeTensor(shape, tdt, strides=m._channels_last(shape), device=dev)
     m.torch_dtypes.update({"f16": DT["float16"], "bf16": DT["bfloat16"], "f32": DT["float32"]})
     c = m._lib
-    for n in ("g_runs", "g_last_kernel", "g_refuse"):
+    for n in ("g_runs", "g_last_kernel", "g_refuse", "g_ungrouped", "g_align_c"):
         setattr(m, "_" + n, ctypes.c_int.in_dll(c, n))
     m._g_workspace = ctypes.c_longlong.in_dll(c, "g_workspace")
     return m
@@ -263,7 +264,8 @@ _BAD_C = [
     ("negative pad", dict(pad_front=(0, -1, 0)), 2, "padding"),
     ("stride 0", dict(stride=(1, 0, 1)), 2, "stride 0"),
     ("dilation 0", dict(dilation=(1, 1, 0)), 2, "dilation 0"),
-    ("groups", dict(groups=2), 1, "groups=2"),
+    ("groups", dict(groups=3), 2, "groups=3 must be >= 1 and divide c=16 and k=24"),
+    ("groups 0", dict(groups=0), 2, "groups=0"),
     ("split 0", dict(split_k_slices=0), 2, "split_k_slices"),
     ("reserved", dict(reserved=1), 2, "reserved"),
     ("filter too big", dict(r=15), 2, "larger than the padded input"),
@@ -331,6 +333,44 @@ def test_c_api_dispatch_and_the_shim_problem(mod):
         assert mod._lib.cvlib_conv(raw, None, 0, None) == 0
     finally:
         mod._g_workspace.value = 0
+
+
+def test_c_api_grouped_problems_run_one_launch_a_group_where_no_kernel_takes_the_groups(mod):
+    """Every fake kernel behaving as an ungrouped one (groups != 1 refused): a grouped fprop / dgrad / wgrad runs as
+    one launch a group on the group's channel slices (pointer offsets, the full tensors' strides); a grouped kernel
+    that takes the problem runs it in one launch; an offset the kernels' alignment refuses is refused up front."""
+    names = mod.conv_kernels()
+    mod._g_ungrouped.value = (1 << len(names)) - 1
+    try:
+        for op, out_bytes in ((1, 2), (2, 2), (3, 2)):
+            runs = mod._g_runs.value
+            st_, err = call(mod, problem(mod, op=op, groups=2))
+            assert st_ == 0, err
+            assert mod._g_runs.value == runs + 2                       # one launch a group
+            e = last(mod)                                              # group 1's launch
+            assert (e["c"], e["k"], e["groups"]) == (8, 12, 1)
+            assert e["ptr_x"] == 0x10000000 + 8 * 2 and e["ptr_y"] == 0x30000000 + 12 * 2
+            assert e["ptr_w"] == 0x20000000 + 12 * 9 * 8 * 2                # K/g filters of R x S x C/g
+            assert e["stride_x"][3] == 16 and e["stride_y"][3] == 24 and e["stride_w"][3] == 8
+        # depthwise (groups = C = K = 16) runs 16 launches
+        runs = mod._g_runs.value
+        assert call(mod, problem(mod, k=16, groups=16))[0] == 0 and mod._g_runs.value == runs + 16
+        # C/groups = 8 where the kernels need 16-channel rows: refused before any launch
+        mod._g_align_c.value = 16
+        runs = mod._g_runs.value
+        st_, err = call(mod, problem(mod, groups=2))
+        assert st_ == 1 and "can implement" in err and mod._g_runs.value == runs, err
+        assert call(mod, problem(mod, c=32, groups=2))[0] == 0 and last(mod)["ptr_x"] == 0x10000000 + 16 * 2
+        mod._g_align_c.value = 0
+        # one kernel taking the groups itself (a group_mode instance): one launch, groups intact
+        sm80 = next(i for i, n in enumerate(names) if "fprop_sm80_f16" in n)
+        mod._g_ungrouped.value &= ~(1 << sm80)
+        runs = mod._g_runs.value
+        assert call(mod, problem(mod, groups=2))[0] == 0 and mod._g_runs.value == runs + 1
+        assert last(mod)["groups"] == 2 and mod._g_last_kernel.value == sm80
+    finally:
+        mod._g_ungrouped.value = 0
+        mod._g_align_c.value = 0
 
 
 def test_c_api_selection_from_a_conv_bench_table(tmp_path):
@@ -401,7 +441,9 @@ def _bad_py():
         ("NCHW x", lambda m: m.conv2d(FakeTensor((2, 16, 9, 7), "float16"), w, padding=1), "not channels_last"),
         ("overlapping rows", lambda m: m.conv2d(FakeTensor((2, 16, 9, 7), "float16", strides=(1008, 1, 100, 16)), w),
          "not channels_last"),
-        ("groups", lambda m: m.conv2d(x, cl((24, 8, 3, 3)), padding=1), "groups = 1"),
+        ("groups", lambda m: m.conv2d(x, cl((24, 8, 3, 3)), padding=1), "w must be (K, C/groups, R, S)"),
+        ("groups 3", lambda m: m.conv2d(x, cl((24, 8, 3, 3)), padding=1, groups=3), "must divide"),
+        ("groups bool", lambda m: m.conv2d(x, cl((24, 8, 3, 3)), padding=1, groups=True), "integer"),
         ("devices", lambda m: m.conv2d(x, cl((24, 16, 3, 3), device=1), padding=1), "one GPU"),
         ("cpu", lambda m: m.conv2d(cl((2, 16, 9, 7), device=-1), w), "CPU tensor"),
         ("stride 0", lambda m: m.conv2d(x, w, stride=0), "stride"),
@@ -425,8 +467,8 @@ def _bad_py():
         ("input_shape", lambda m: m.conv2d_input_grad(gy, w, (2, 16, 9), padding=1), "4 ints"),
         ("input_shape int", lambda m: m.conv2d_input_grad(gy, w, 5, padding=1), "sequence of 4 ints"),
         ("unhashable padding", lambda m: m.conv2d(x, w, padding={1: 2}), "pair of ints"),
-        ("input_shape C", lambda m: m.conv2d_input_grad(gy, w, (2, 8, 9, 7), padding=1), "groups = 1"),
-        ("weight_shape C", lambda m: m.conv2d_weight_grad(x, gy, (24, 8, 3, 3), padding=1), "groups = 1"),
+        ("input_shape C", lambda m: m.conv2d_input_grad(gy, w, (2, 8, 9, 7), padding=1), "(K, C/groups, R, S)"),
+        ("weight_shape C", lambda m: m.conv2d_weight_grad(x, gy, (24, 8, 3, 3), padding=1), "(K, C/groups, R, S)"),
         ("weight_shape neg", lambda m: m.conv2d_weight_grad(x, gy, (24, 16, -3, 3), padding=1), "4 ints"),
         ("int32 extents", lambda m: m.conv2d(cl((2 ** 16, 16, 256, 256)), cl((8, 16, 1, 1))), "exceeds int32"),
         ("size over int32", lambda m: m.conv2d(FakeTensor((1, 1, 2 ** 31, 1), "float16", strides=(2 ** 31, 1, 1, 1)),
@@ -583,8 +625,10 @@ def _cpu_conv_run(torch, calls):
     import torch.nn.functional as F
 
     def run(op, function, x, w, y, out, bias, shape, stride, padding, dilation, *rest):
-        geo = dict(stride=tuple(stride), padding=tuple(padding), dilation=tuple(dilation))
-        calls.append((op, tuple(stride), tuple(padding), tuple(dilation), None if shape is None else tuple(shape)))
+        groups = rest[2] if len(rest) > 2 else 1          # (stream, kernel, groups)
+        geo = dict(stride=tuple(stride), padding=tuple(padding), dilation=tuple(dilation), groups=groups)
+        calls.append((op, tuple(stride), tuple(padding), tuple(dilation), None if shape is None else tuple(shape))
+                     + ((groups,) if groups != 1 else ()))
         if op == "fprop":
             r = F.conv2d(x, w, bias, **geo)
         elif op == "dgrad":
@@ -645,6 +689,26 @@ def test_conv2d_backward_dispatches_dgrad_and_wgrad(tmod, monkeypatch):
     assert y.grad_fn is None and [c[0] for c in calls] == ["fprop"]
     with pytest.raises(m.OperandError, match="not supported when a gradient is recorded"):
         m.conv2d(x, w, kernel="any", **GEO)
+
+
+def test_grouped_conv2d_backward_passes_groups_to_dgrad_and_wgrad(tmod, monkeypatch):
+    import torch
+    import torch.nn.functional as F
+
+    m, ns = tmod
+    calls = []
+    monkeypatch.setattr(m, "_conv_run", _cpu_conv_run(torch, calls))
+    g = torch.Generator().manual_seed(9)
+    cl_ = torch.channels_last
+    x = torch.randn(2, 6, 9, 7, dtype=torch.float64, generator=g).to(memory_format=cl_).requires_grad_()
+    w = torch.randn(4, 3, 3, 3, dtype=torch.float64, generator=g).to(memory_format=cl_).requires_grad_()
+    gy = torch.randn(2, 4, 5, 7, dtype=torch.float64, generator=g)
+    (m.conv2d(x, w, groups=2, **GEO) * gy).sum().backward()
+    geo = ((2, 1), (1, 2), (1, 2))
+    assert calls == [("fprop", *geo, None, 2), ("dgrad", *geo, (2, 6, 9, 7), 2), ("wgrad", *geo, (4, 3, 3, 3), 2)]
+    xs, ws = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    (F.conv2d(xs, ws, groups=2, **GEO) * gy).sum().backward()
+    assert torch.allclose(x.grad, xs.grad) and torch.allclose(w.grad, ws.grad)
 
 
 def test_conv2d_forward_and_backward_under_torch_compile(tmod, monkeypatch):
