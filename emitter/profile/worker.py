@@ -592,14 +592,18 @@ def run_job(job: dict[str, Any], engine_factory: Callable[..., Any] | None = Non
         """The loaded kernel n, None when it did not load or was dropped after faults (skip_names)."""
         return None if n in skip_names else kernels[n][0]
 
-    def run_problem(problem: Any) -> bool:
+    def run_problem(queued: Any) -> bool:
         """Every op of the problem: operands, baselines, kernels. False after a CUDA fault (the worker must exit)."""
         for op_key, (op, names) in ops.items():
-            if getattr(op, "FAMILY", None) != getattr(problem, "FAMILY", None):
+            if getattr(op, "FAMILY", None) != getattr(queued, "FAMILY", None):
                 continue          # a problem of another family: not this op's
             applies = getattr(_hooks(op), "profile_applies", None)
-            if applies is not None and not applies(op, problem):
+            if applies is not None and not applies(op, queued):
                 continue          # the family says the op's kernels do not compute it (attention: another mask)
+            # the problem as this op's measurements carry it (the family's optional profile_op_problem hook; the
+            # attention backward: the same sizes and key, the backward's FLOPs)
+            op_problem = getattr(_hooks(op), "profile_op_problem", None)
+            problem = op_problem(op, queued) if op_problem is not None else queued
             todo = [n for n in names if (n, problem.key) not in skip]
             ranked: dict[str, tuple[float, int]] = {}     # kernel -> (best median, its split) at options 0
             for k_name, k_split, k_med in known.get((op_key, problem.key), []):

@@ -390,10 +390,8 @@ def c_problem(cfg: BackwardConfig, p: AttentionProblem, pointers: Mapping[str, i
 # ---------------------------------------------------------------------------------------------- profile
 @dataclass(frozen=True)
 class BackwardProfileOp:
-    """What `emitter profile` files a backward instance under. No profile problem is a backward one yet (a
-    profile problem's FLOPs are the forward's), so profile_applies is False for every problem: the worker
-    loads the kernel and times nothing for it (tests/attention/test_attention_backward_gpu.py times the backward against
-    SDPA's)."""
+    """What `emitter profile` files a backward instance under: its own op key (attnbwd_...), so forward and
+    backward winners never share a tuning record. The profile hooks of the op are backward_profile.py's."""
 
     FAMILY = "attention"
     dtype: str
@@ -426,7 +424,8 @@ def profile_op(cfg: BackwardConfig) -> BackwardProfileOp:
 
 
 def profile_applies(op: Any, problem: Any) -> bool:
-    return False
+    from emitter.families.attention.backward_profile import profile_applies as applies
+    return applies(op, problem)
 
 
 def fake_run(cfg: BackwardConfig, p: AttentionProblem, buffers: Mapping[str, Any],

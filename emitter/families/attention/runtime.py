@@ -254,17 +254,60 @@ def fake_run(cfg, p, buffers, faults):  # noqa: F811
     return _fake_run_by_op(cfg, p, buffers, keep)
 
 
-# profile: a backward instance has its own op, which no profile problem applies to yet (BackwardProfileOp)
+# profile: a backward instance has its own op (BackwardProfileOp) and its measurements their own problem (the
+# forward's sizes and key, 2.5x its FLOPs); the hooks go to backward_profile.py by the op, the operand sets or the
+# config they are handed
+from emitter.families.attention import backward_profile as _bwd_prof  # noqa: E402
+
 profile_op = _by_op("profile_op")
-_forward_op_from_json, _forward_applies = profile_op_from_json, profile_applies
+_fwd_profile = {name: globals()[name] for name in (
+    "profile_op_from_json", "profile_applies", "profile_problem_from_dict", "profile_min_bytes", "profile_set_bytes",
+    "profile_allocate", "profile_poison", "profile_check", "kernel_launch", "baseline", "profile_fake_problem")}
 
 
 def profile_op_from_json(d: Mapping[str, Any]):  # noqa: F811
-    return _bwd_rt.BackwardProfileOp.from_json(d) if d.get("op") == "backward" else _forward_op_from_json(d)
+    return _bwd_rt.BackwardProfileOp.from_json(d) if d.get("op") == "backward" else _fwd_profile["profile_op_from_json"](d)
 
 
-def profile_applies(op, problem) -> bool:  # noqa: F811
-    return False if isinstance(op, _bwd_rt.BackwardProfileOp) else _forward_applies(op, problem)
+def profile_problem_from_dict(d: Mapping[str, Any]):  # noqa: F811
+    return _bwd_prof.problem_from_dict(d)
+
+
+def profile_op_problem(op, problem):
+    """The problem a measurement of `op` on `problem` carries (the profile stage asks once per op and problem)."""
+    return _bwd_prof.op_problem(op, problem)
+
+
+def _by_profile_op(name: str):
+    forward, backward = _fwd_profile[name], getattr(_bwd_prof, name)
+
+    @_functools.wraps(forward)
+    def hook(op, *args, **kwargs):
+        return (backward if _bwd_prof.is_backward_op(op) else forward)(op, *args, **kwargs)
+    return hook
+
+
+def _by_data(name: str, position: int):
+    forward, backward = _fwd_profile[name], getattr(_bwd_prof, name)
+
+    @_functools.wraps(forward)
+    def hook(*args, **kwargs):
+        return (backward if isinstance(args[position], _bwd_prof.BackwardData) else forward)(*args, **kwargs)
+    return hook
+
+
+for _name in ("profile_applies", "profile_min_bytes", "profile_set_bytes", "profile_allocate"):
+    globals()[_name] = _by_profile_op(_name)
+for _name, _pos in (("profile_poison", 0), ("profile_check", 0), ("kernel_launch", 1), ("baseline", 1)):
+    globals()[_name] = _by_data(_name, _pos)
+
+
+def profile_fake_problem(cfg, problem, settings, limit: int = 64, **run_options):  # noqa: F811
+    hook = _bwd_prof.profile_fake_problem if _bwd_rt.is_backward(cfg) else _fwd_profile["profile_fake_problem"]
+    return hook(cfg, problem, settings, limit, **run_options)
+
+
+__all__ += ["profile_op_problem"]
 
 # measured / modelled one-GPU profile seconds of this family's problems (emitter.profile.cost's queue order), from the
 # 2026-11-27 2 x H200 run of scripts/multigpu_check.sh (docs/scale-out.md): as modelled
