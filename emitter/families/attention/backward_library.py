@@ -10,10 +10,14 @@ forward's pieces (attention/library.py merges them into the family's LibraryPiec
              asks the forward for its LSE whenever a gradient is needed, the backward call gets O and that LSE
 
 The backward problem is the forward's (sizes, mask, scale, strides of q, k, v, o, the LSE, cu_seqlens) plus dO
-and the three gradients. Dispatch: the kernels computing the problem (dtype, head dims, mask, varlen; GQA when
-heads_kv != heads_q; deterministic ones only when the problem asks) that run on the device, in the order: key-split
-kernels before deterministic ones (unless determinism is asked for), then the arch (newest first), then the tile
-area (larger first for seq_q >= LONG_SEQ), then the name; the first whose shim accepts runs.
+and the three gradients. Dispatch: the candidates are the kernels computing the problem (dtype, head dims, mask,
+varlen; GQA when heads_kv != heads_q; deterministic ones only when the problem asks) that run on the device. Tuned
+first: the kernels of the tuning records (`emitter profile`'s tuning.json entries of backward ops, `attnbwd_...`:
+dtype, head dims, mask, GQA ratio, sequence lengths -> kernel) among the candidates, nearest record first by the
+forward's tuning_distance (records of another compute capability are not used); then the rest in the static order
+of backward_order_key: key-split kernels before deterministic ones (unless determinism is asked for), then the arch
+(newest first), then the tile area (larger first for seq_q >= LONG_SEQ), then the index (name order). The first
+whose shim accepts runs. templates/attention/library/backward_api.cpp.j2 is the same rule in C++.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from emitter.families.attention.backward_model import AttentionBackwardInstance
+from emitter.families.attention.library import AttentionTuningRecord, tuning_distance
 from emitter.families.attention.library_common import LONG_SEQ, MASKS, _NAME_RE, _read_source
 
 C_FUNCTIONS = (
@@ -97,6 +102,119 @@ class BackwardKernel:
         return MASKS[self.inst.mask]
 
 
+def backward_order_key(k: BackwardKernel, seq_q: int, deterministic: bool) -> tuple:
+    """The static dispatch priority among candidates (lower first); backward_api.cpp.j2's Key is the same."""
+    area = k.inst.tile_q * k.inst.tile_kv
+    return (0 if deterministic else int(k.inst.deterministic), -k.cc, -area if seq_q >= LONG_SEQ else area, k.index)
+
+
+def backward_computes(k: BackwardKernel, *, dtype: int, head_dim: int, head_dim_v: int, mask: int, varlen: bool,
+                      heads_q: int, heads_kv: int, deterministic: bool) -> bool:
+    i = k.inst
+    return (k.dtype_code == dtype and i.head_dim == head_dim and i.head_dim_v == head_dim_v and k.mask_code == mask
+            and i.varlen == varlen and (i.gqa or heads_kv == heads_q) and (i.deterministic or not deterministic))
+
+
+def backward_candidates(kernels: Sequence[BackwardKernel], *, cc: int, dtype: int, head_dim: int, head_dim_v: int,
+                        mask: int, varlen: bool, heads_q: int, heads_kv: int, seq_q: int, seq_k: int, batch: int = 1,
+                        deterministic: bool = False, tuning: Sequence[AttentionTuningRecord] = ()
+                        ) -> list[BackwardKernel]:
+    """The backward kernels that compute this problem on a device of `cc`, in dispatch order: the tuned ones
+    nearest record first, then the static order (the host shims' can_implement decides among them at run time)."""
+    out = [k for k in kernels if cc >= k.cc and backward_computes(
+        k, dtype=dtype, head_dim=head_dim, head_dim_v=head_dim_v, mask=mask, varlen=varlen, heads_q=heads_q,
+        heads_kv=heads_kv, deterministic=deterministic)]
+    static = sorted(out, key=lambda k: backward_order_key(k, seq_q, deterministic))
+    by_index = {k.index: k for k in static}
+    ranked = sorted((tuning_distance(t, batch=batch, heads_q=heads_q, heads_kv=heads_kv, seq_q=seq_q, seq_k=seq_k), i)
+                    for i, t in enumerate(tuning) if t.kernel in by_index and t.cc in (0, cc))
+    tuned: list[BackwardKernel] = []
+    for _, i in ranked:
+        k = by_index[tuning[i].kernel]
+        if k not in tuned:
+            tuned.append(k)
+    return tuned + [k for k in static if k not in tuned]
+
+
+def is_backward_entry(e: dict[str, Any], backward_names: Sequence[str] = ()) -> bool:
+    """Whether a tuning-table entry of the attention family is a backward op's (its op, its problem's pass, or a
+    backward kernel named)."""
+    op = e.get("op") if isinstance(e.get("op"), dict) else {}
+    prob = e.get("problem") if isinstance(e.get("problem"), dict) else {}
+    return op.get("op") == "backward" or prob.get("pass") == "backward" or e.get("kernel") in set(backward_names)
+
+
+def backward_tuning_records(kernels: Sequence[BackwardKernel], entries: Sequence[dict[str, Any]],
+                            forward_names: Sequence[str] = ()
+                            ) -> tuple[list[AttentionTuningRecord], list[dict[str, Any]]]:
+    """Records from the backward ops' tuning-table entries (each with its table's `source`, `position` and
+    `gpu_cc`), and the entries not used, each with the reason (the export reports them)."""
+    from emitter.kit.library import tuning_problem_label
+
+    by_name = {k.name: k for k in kernels}
+    records: list[AttentionTuningRecord] = []
+    dropped: list[dict[str, Any]] = []
+    seen: dict[tuple, str] = {}
+    for e in entries:
+        prob = e.get("problem") if isinstance(e.get("problem"), dict) else {}
+
+        def drop(reason: str, missing: bool = False) -> None:
+            dropped.append({"kernel": str(e.get("kernel")), "problem": [tuning_problem_label(prob)],
+                            "source": str(e.get("source")), "position": e.get("position"), "missing_kernel": missing,
+                            "reason": reason})
+
+        k = by_name.get(e.get("kernel"))
+        if k is None:
+            if e.get("kernel") in forward_names:
+                drop("a forward kernel in a backward op's entry (was the table edited?)")
+            else:
+                drop("backward kernel not in this library (not in the manifests, or left out by --select/--exclude/"
+                     "--arch or a failed build)", missing=True)
+            continue
+        try:
+            b, hq, hkv, sq, sk, d, dv = (int(prob[f]) for f in ("batch", "heads_q", "heads_kv", "seq_q", "seq_k",
+                                                                "head_dim", "head_dim_v"))
+        except (KeyError, TypeError, ValueError):
+            drop("problem lacks batch, heads_q, heads_kv, seq_q, seq_k, head_dim or head_dim_v (integers)")
+            continue
+        if min(b, hq, hkv, sq, sk) < 1 or max(b, hq, hkv, sq, sk) >= 2 ** 31 or hq % hkv:
+            drop("problem sizes out of range (>= 1, heads_kv dividing heads_q)")
+            continue
+        op = e.get("op") if isinstance(e.get("op"), dict) else {}
+        i = k.inst
+        want = {"dtype": i.dtype.yaml, "head_dim": i.head_dim, "head_dim_v": i.head_dim_v, "mask": i.mask.value}
+        diff = [f"{f}={op[f]!r} (kernel: {v!r})" for f, v in want.items() if f in op and op[f] != v]
+        if d != i.head_dim or dv != i.head_dim_v:
+            diff.append(f"problem head dims {d}/{dv} (kernel: {i.head_dim}/{i.head_dim_v})")
+        if hkv != hq and not i.gqa:
+            diff.append(f"heads {hq}/{hkv} need a GQA kernel")
+        if diff:
+            drop(f"does not fit {k.name}: {', '.join(diff)}")
+            continue
+        if int(e.get("split_k") or 1) != 1 or int(e.get("options") or 0) != 0:
+            drop(f"split_k {e.get('split_k')} / options {e.get('options')}: attention backward kernels have no run-time "
+                 "options")
+            continue
+        cc = int(e.get("gpu_cc") or 0)
+        key = (k.dtype_code, i.head_dim, i.head_dim_v, k.mask_code, i.varlen, b, hq, hkv, sq, sk, cc)
+        if key in seen:
+            drop(f"a second winner for this problem ({seen[key]} came first and is kept)")
+            continue
+        rec = AttentionTuningRecord(k.index, b, hq, hkv, sq, sk, cc)
+        # at its own problem (determinism not asked for: what the profile timed) the dispatch must try the record's
+        # kernel first
+        first = backward_candidates(kernels, cc=cc or k.cc, dtype=k.dtype_code, head_dim=d, head_dim_v=dv,
+                                    mask=k.mask_code, varlen=i.varlen, heads_q=hq, heads_kv=hkv, seq_q=sq, seq_k=sk,
+                                    batch=b, tuning=records + [rec])
+        if not first or first[0].index != k.index:
+            drop(f"at its own problem the dispatch would try {first[0].name if first else 'no kernel'} first "
+                 f"(its kernel does not compute this problem, or another record claims it)")
+            continue
+        seen[key] = k.name
+        records.append(rec)
+    return records, dropped
+
+
 def backward_records(entries: Sequence[dict[str, Any]], dtype_codes: dict[str, int], error: type[Exception]
                      ) -> list[BackwardKernel]:
     out = []
@@ -116,15 +234,18 @@ def backward_records(entries: Sequence[dict[str, Any]], dtype_codes: dict[str, i
     return out
 
 
-def backward_pieces(entries: Sequence[dict[str, Any]], roots: dict[str, Path], ctx: dict[str, Any], error: type[Exception]
+def backward_pieces(entries: Sequence[dict[str, Any]], roots: dict[str, Path], ctx: dict[str, Any], error: type[Exception],
+                    tuning_entries: Sequence[dict[str, Any]] = (), forward_names: Sequence[str] = ()
                     ) -> dict[str, Any]:
-    """The backward's slot texts and files (attention/library.py adds them to the forward's LibraryPieces)."""
+    """The backward's slot texts and files (attention/library.py adds them to the forward's LibraryPieces), its
+    tuning records and the tuning entries it left out."""
     from emitter.render import environment, templates_root
 
     kernels = backward_records(entries, dict(ctx["dtype_codes"]), error)
+    tuning, dropped = backward_tuning_records(kernels, tuning_entries, forward_names)
     by_name = {e["name"]: e for e in entries}
     env = environment()
-    bctx = dict(ctx, bkernels=kernels, bproblem_fields=PROBLEM_FIELDS, long_seq=LONG_SEQ, **abi_sizes())
+    bctx = dict(ctx, bkernels=kernels, btuning=tuning, bproblem_fields=PROBLEM_FIELDS, long_seq=LONG_SEQ, **abi_sizes())
 
     def render(template: str, **more: Any) -> str:
         return env.get_template(f"attention/library/{template}").render(**bctx, **more)
@@ -148,7 +269,11 @@ def backward_pieces(entries: Sequence[dict[str, Any]], roots: dict[str, Path], c
         "files": files,
         "sources": tuple(sources),
         "kernels": kernels,
+        "tuning": tuning,
+        "dropped_tuning": dropped,
     }
 
 
-__all__ = ["C_FUNCTIONS", "PROBLEM_FIELDS", "BackwardKernel", "backward_records", "backward_pieces", "abi_sizes"]
+__all__ = ["C_FUNCTIONS", "PROBLEM_FIELDS", "BackwardKernel", "backward_records", "backward_pieces", "abi_sizes",
+           "backward_order_key", "backward_computes", "backward_candidates", "backward_tuning_records",
+           "is_backward_entry"]

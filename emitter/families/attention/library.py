@@ -217,7 +217,7 @@ def tuning_records(kernels: Sequence[AttentionKernel], entries: Sequence[dict[st
         k = by_name.get(e.get("kernel"))
         if k is None:
             if e.get("kernel") in backward:
-                drop("a backward kernel: the backward dispatch has no tuned walk (static order)")
+                drop("a backward kernel in a forward op's entry (was the table edited?)")
             else:
                 drop("kernel not in this library (not in the manifests, or left out by --select/--exclude/--arch "
                      "or a failed build)", missing=True)
@@ -298,8 +298,12 @@ def library_pieces(entries: Sequence[dict[str, Any]], roots: dict[str, Path], ct
                            f"instance: the backward runs on what the forward saves (O and its LSE); add the forward "
                            f"(op: forward, lse: true) or leave the backward out with --exclude 'op=backward'")
     kernels = kernel_records(entries, dtype_codes, LibraryError)
-    tuning, dropped = tuning_records(kernels, (ctx.get("tuning_entries") or {}).get("attention") or (),
-                                     [e["name"] for e in backward])
+    from emitter.families.attention.backward_library import backward_tuning_records, is_backward_entry
+
+    all_tuning = (ctx.get("tuning_entries") or {}).get("attention") or ()
+    backward_names = [e["name"] for e in backward]
+    bwd_tuning = [e for e in all_tuning if is_backward_entry(e, backward_names)]
+    tuning, dropped = tuning_records(kernels, [e for e in all_tuning if e not in bwd_tuning], backward_names)
     by_name = {e["name"]: e for e in entries}
     env = environment()
     actx = dict(ctx, akernels=kernels, atuning=tuning, problem_fields=PROBLEM_FIELDS, selection_fields=SELECTION_FIELDS,
@@ -323,9 +327,12 @@ def library_pieces(entries: Sequence[dict[str, Any]], roots: dict[str, Path], ct
     if backward:
         from emitter.families.attention.backward_library import backward_pieces
 
-        bwd = backward_pieces(backward, roots, ctx, LibraryError)
+        bwd = backward_pieces(backward, roots, ctx, LibraryError, bwd_tuning, [k.name for k in kernels])
         files.update(bwd["files"])
         sources += list(bwd["sources"])
+        dropped += bwd["dropped_tuning"]
+    elif bwd_tuning:       # backward entries without backward kernels: each reported as a missing kernel
+        dropped += backward_tuning_records([], bwd_tuning, [k.name for k in kernels])[1]
     if any(k.inst.arch is Arch.sm80 for k in kernels) or (bwd and any(k.inst.arch is Arch.sm80 for k in bwd["kernels"])):
         from emitter.families.attention.sm80 import include_dirs
 
@@ -333,7 +340,9 @@ def library_pieces(entries: Sequence[dict[str, Any]], roots: dict[str, Path], ct
             stub = Path(d) / "curand_kernel.h"
             if stub.is_file():
                 files["src/curand_kernel.h"] = stub.read_text(encoding="utf-8")
-    more = bwd or {"header": None, "api": None, "python": None, "c_functions": (), "python_names": (), "kernels": []}
+    more = bwd or {"header": None, "api": None, "python": None, "c_functions": (), "python_names": (), "kernels": [],
+                   "tuning": []}
+    tuned = len(tuning) + len(more["tuning"])
     return LibraryPieces(
         family="attention",
         header=tuple(x for x in (render("header.h.j2"), more["header"]) if x),
@@ -346,7 +355,8 @@ def library_pieces(entries: Sequence[dict[str, Any]], roots: dict[str, Path], ct
         sources=tuple(sources),
         context={"kernels": [{"index": k.index, "name": k.name, "arch": k.arch, "config": k.inst.config()}
                              for k in kernels],
-                 **({"tuning": len(tuning)} if tuning else {}),
+                 **({"tuning": tuned} if tuned else {}),
+                 **({"backward_tuning": len(more["tuning"])} if more["tuning"] else {}),
                  **({"dropped_tuning": dropped} if dropped else {}),
                  **({"backward_kernels": [{"index": k.index, "name": k.name, "arch": k.arch, "config": k.inst.config()}
                                           for k in more["kernels"]]} if more["kernels"] else {})},
