@@ -711,6 +711,29 @@ def test_grouped_conv2d_backward_passes_groups_to_dgrad_and_wgrad(tmod, monkeypa
     assert torch.allclose(x.grad, xs.grad) and torch.allclose(w.grad, ws.grad)
 
 
+def test_depthwise_dgrad_route_is_a_rotated_filter_fprop(mod):
+    """At stride 1 a depthwise dgrad is the depthwise fprop of dy with the filter rotated by 180 degrees and padding
+    dilation * (R - 1) - padding: the loader's padding helper, and the identity itself in torch float64 (CPU)."""
+    pad = mod._conv_depthwise_dgrad_padding
+    assert pad((8, 1, 3, 5), (2, 8, 9, 9), 1, (1, 2), (2, 1), 8) == [3, 2]
+    assert pad((8, 1, 3, 3), (2, 8, 9, 9), 2, 1, 1, 8) is None             # strided: not a plain correlation
+    assert pad((8, 2, 3, 3), (2, 16, 9, 9), 1, 1, 1, 8) is None            # grouped, not depthwise
+    assert pad((8, 1, 3, 3), (2, 8, 9, 9), 1, 3, 1, 8) is None             # padding past the filter: negative
+    assert pad((8, 1, 3, 3), (2, 8, 9, 9), 1, 1, 1, 1) is None
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(3)
+    for (r, s, p, d) in ((3, 3, 1, 1), (5, 3, (2, 0), (1, 2)), (3, 3, 0, 2)):
+        w = torch.randn(6, 1, r, s, dtype=torch.float64, generator=g)
+        x_shape = (2, 6, 11, 10)
+        dy = torch.randn(F.conv2d(torch.zeros(x_shape, dtype=torch.float64), w, padding=p, dilation=d,
+                                  groups=6).shape, dtype=torch.float64, generator=g)
+        want = torch.nn.grad.conv2d_input(x_shape, w, dy, padding=p, dilation=d, groups=6)
+        got = F.conv2d(dy, w.flip((2, 3)), padding=pad(w.shape, x_shape, 1, p, d, 6), dilation=d, groups=6)
+        assert torch.allclose(got, want), (r, s, p, d)
+
+
 def test_conv2d_forward_and_backward_under_torch_compile(tmod, monkeypatch):
     import torch
 
