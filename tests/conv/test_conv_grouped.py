@@ -303,3 +303,12 @@ def test_runner_planted_launches_on_grouped_instances(text):
         assert expected_reason(bug, v), (bug, v.get("status"), v.get("reason"), v.get("signature_misses"))
     for i, (q, data) in enumerate(default_problems(k.cfg.cfg, quick=True)):
         assert run_case(k, q, data, i)["status"] == "PASSED", q.label(data)
+
+
+def test_library_tuning_records_leave_grouped_problems_out():
+    from emitter.families.conv.library import _entry_shape
+
+    p = ConvProblem(n=8, h=28, w=28, c=256, k=256, r=3, s=3, pad_front=(0, 1, 1), pad_back=(0, 1, 1), groups=4)
+    shape, why = _entry_shape(p.as_dict())
+    assert shape is None and "groups=4" in why
+    assert _entry_shape(replace(p, groups=1).as_dict())[0] == (8, 28, 28, 256, 256, 3, 3, 1, 28, 28)

@@ -219,6 +219,9 @@ def _entry_shape(prob: Any) -> tuple[tuple[int, ...] | None, str]:
         return None, "pad_front, pad_back, stride and dilation must have 3 values (d, h, w)"
     if d != 1 or t != 1 or pf[0] or pb[0] or st[0] != 1 or dil[0] != 1:
         return None, "a 3-D problem (the exported conv kernels are 2-D)"
+    if prob.get("groups", 1) != 1:
+        return None, (f"groups={prob.get('groups')}: the conv tuning records hold ungrouped problems (a grouped one's "
+                      f"time would rank kernels for the ungrouped problem of its shape)")
     if st[1] != st[2] or dil != [1, 1, 1]:
         return None, (f"stride {st[1]}x{st[2]} / dilation {dil[1]}x{dil[2]}: the conv tuning records hold one "
                       "stride for both dimensions and no dilation")
