@@ -329,8 +329,9 @@ def test_every_backward_point_resolves_and_renders_or_is_rejected_with_a_rule():
 
 
 def test_profile_files_backward_instances_under_their_own_op(emitted):
-    """`emitter profile` over a manifest with backward instances: each gets its own op (JSON round trip), which no
-    profile problem applies to, so the worker times nothing for it instead of failing."""
+    """`emitter profile` over a manifest with backward instances: each gets its own op (JSON round trip); a
+    profile problem of its head dims and mask applies to it, one of other head dims does not
+    (tests/attention/test_attention_backward_profile.py profiles them)."""
     from emitter.families.attention.profile import AttentionProfileProblem
 
     out, manifest = emitted
@@ -338,6 +339,8 @@ def test_profile_files_backward_instances_under_their_own_op(emitted):
     op = rt.profile_op(cfg)
     assert op.key.startswith("attnbwd_") and rt.profile_op_from_json(op.to_json()) == op
     problem = AttentionProfileProblem(1, 8, 2, 128, 128, cfg.head_dim, cfg.head_dim_v, causal=cfg.causal)
-    assert rt.profile_applies(op, problem) is False
+    assert rt.profile_applies(op, problem) is True
+    other = AttentionProfileProblem(1, 8, 2, 128, 128, 2 * cfg.head_dim, 2 * cfg.head_dim_v, causal=cfg.causal)
+    assert rt.profile_applies(op, other) is False
     fwd = rt.config_from_entry(next(e for e in manifest["instances"] if e["config"].get("op") != "backward"))
     assert rt.profile_applies(rt.profile_op(fwd), AttentionProfileProblem(1, 8, 2, 128, 128, 64, 64, causal=True))
