@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from emitter.families.attention.backward_model import AttentionBackwardInstance
-from emitter.families.attention.library import AttentionTuningRecord, tuning_distance
-from emitter.families.attention.library_common import LONG_SEQ, MASKS, _NAME_RE, _read_source
+from emitter.families.attention.library_common import (
+    LONG_SEQ, MASKS, _NAME_RE, AttentionTuningRecord, _read_source, tuning_distance,
+)
 
 C_FUNCTIONS = (
     ("attention_backward_problem_init", "None", ("ctypes.c_void_p",)),

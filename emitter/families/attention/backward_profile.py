@@ -32,6 +32,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from emitter.families.attention import backward_runtime
 from emitter.families.attention.backward_runtime import GRAD_REL, BackwardProfileOp
 from emitter.families.attention.problem import AttentionProblem, make_problem
 from emitter.families.attention.profile import (
@@ -83,9 +84,7 @@ def problem_from_dict(d: Mapping[str, Any]) -> AttentionProfileProblem:
     return cls.from_dict(d)
 
 
-def profile_applies(op: BackwardProfileOp, problem: AttentionProfileProblem) -> bool:
-    """The backward op's kernels compute the problem's gradients (head dims and mask as the forward's rule)."""
-    return op_mismatch(op, problem) is None
+profile_applies = backward_runtime.profile_applies
 
 
 def profile_min_bytes(op: BackwardProfileOp, problem: AttentionProfileProblem, beta: float = 0.0) -> int:

@@ -424,8 +424,9 @@ def profile_op(cfg: BackwardConfig) -> BackwardProfileOp:
 
 
 def profile_applies(op: Any, problem: Any) -> bool:
-    from emitter.families.attention.backward_profile import profile_applies as applies
-    return applies(op, problem)
+    """The backward op's kernels compute the problem's gradients (head dims and mask: the forward's rule)."""
+    from emitter.families.attention.profile import op_mismatch
+    return op_mismatch(op, problem) is None
 
 
 def fake_run(cfg: BackwardConfig, p: AttentionProblem, buffers: Mapping[str, Any],

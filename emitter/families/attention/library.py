@@ -37,7 +37,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from emitter.families.attention.library_common import LONG_SEQ, MASKS, _NAME_RE, _read_source
+from emitter.families.attention.library_common import (  # noqa: F401 - AttentionTuningRecord, tuning_distance: public here
+    LONG_SEQ, MASKS, _NAME_RE, AttentionTuningRecord, _read_source, tuning_distance,
+)
 from emitter.families.attention.model import Arch, AttentionInstance, Schedule
 
 DECODE_SEQ = 16         # seq_q up to which split_kv kernels come first (they split long key ranges over CTAs)
@@ -131,29 +133,6 @@ class AttentionKernel:
 
     def runs_on(self, cc: int) -> bool:
         return cc == self.cc if self.arch_specific else cc >= self.cc
-
-
-@dataclass(frozen=True)
-class AttentionTuningRecord:
-    """A profiled problem and its winner (the C table's kAttentionTuning row)."""
-    kernel: int
-    batch: int
-    heads_q: int
-    heads_kv: int
-    seq_q: int
-    seq_k: int
-    cc: int = 0          # compute capability x 10 of the GPU it was measured on; 0 = unknown (used on any)
-
-
-def tuning_distance(t: AttentionTuningRecord, *, batch: int, heads_q: int, heads_kv: int, seq_q: int, seq_k: int) -> int:
-    """|log2| distance between a record and a problem (templates/attention/library/api.cpp.j2 computes the same)."""
-    from emitter.kit.library import log2_fixed
-
-    def d(a: int, b: int) -> int:
-        return abs(log2_fixed(max(a, 1)) - log2_fixed(max(b, 1)))
-
-    return (d(t.batch * t.heads_q, batch * heads_q) + d(t.heads_q // max(t.heads_kv, 1), heads_q // max(heads_kv, 1))
-            + d(t.seq_q, seq_q) + d(t.seq_k, seq_k))
 
 
 def order_key(k: AttentionKernel, cc: int, seq_q: int, lse: bool, gqa: bool) -> tuple:
