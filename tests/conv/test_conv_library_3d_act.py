@@ -10,7 +10,9 @@ test_conv_library.py's harness), and torch's CPU tensors for the custom ops.
 * torch.ops.<lib>.conv3d / conv3d_out / conv3d_input_grad / conv3d_weight_grad: registered, fakes with
   channels_last_3d strides; conv3d's autograd calls the other two (gradcheck in float64 with the kernels replaced by
   torch's CPU convolution), eager and under torch.compile(fullgraph=True); the backward through a fused relu /
-  sigmoid / clamp uses the derivative at the saved output (gradcheck), gelu / silu with a gradient are refused.
+  sigmoid / clamp uses the derivative at the saved output (gradcheck), gelu / silu with a gradient are refused;
+* a hypothesis property test: every random 3D operand set ends in OperandError or in a launch whose tensors lie
+  inside the caller's buffers.
 No nvcc, no GPU."""
 
 from __future__ import annotations
@@ -25,8 +27,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _helpers import GEMM_SPEC_NO_SWIZZLE, load_module  # noqa: E402
-from test_conv_library import CXX, LIB, _build_so, _conv_names, cl, last  # noqa: E402
+from test_conv_library import CXX, LIB, _build_so, _conv_names, _inside, cl, last  # noqa: E402
 from test_loader import DT, FakeTensor, contiguous  # noqa: E402
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 
 # 3D fprop / dgrad / wgrad (sm80, f16), a 2D identity fprop, relu + bias (sm90a), silu and clamp [-1, 2] (sm80)
 SPEC = GEMM_SPEC_NO_SWIZZLE + """\
@@ -391,7 +396,8 @@ def test_conv3d_backward_runs_the_library_grads_and_passes_gradcheck(tmod, monke
     (F.conv3d(xs, ws, bs, **GEO3) * gy).sum().backward()
     for got, ref in ((x.grad, xs.grad), (w.grad, ws.grad), (b.grad, bs.grad)):
         assert torch.allclose(got, ref)
-    assert torch.autograd.gradcheck(lambda x, w, b: m.conv3d(x, w, bias=b, **GEO3), _case3(torch, 7))
+    # fast_mode: the Jacobians' product with random vectors (a full Jacobian is one backward an output element)
+    assert torch.autograd.gradcheck(lambda x, w, b: m.conv3d(x, w, bias=b, **GEO3), _case3(torch, 7), fast_mode=True)
     # only what needs a gradient; no graph without one
     calls.clear()
     x, w, _ = _case3(torch)
@@ -434,11 +440,11 @@ def test_fused_activation_backward_from_the_saved_output_passes_gradcheck(tmod, 
     for got, ref in ((x.grad, xs.grad), (w.grad, ws.grad), (b.grad, bs.grad)):
         assert torch.allclose(got, ref)
     assert torch.autograd.gradcheck(f, (x.detach().requires_grad_(), w.detach().requires_grad_(),
-                                        b.detach().requires_grad_()))
+                                        b.detach().requires_grad_()), fast_mode=True)
     # the same through conv3d
     x3, w3, b3 = _case3(torch, 13)
     assert torch.autograd.gradcheck(lambda x, w, b: m.conv3d(x, w, bias=b, activation=act, clamp=clamp, **GEO3),
-                                    (x3, w3, b3))
+                                    (x3, w3, b3), fast_mode=True)
 
 
 @pytest.mark.parametrize("act", ["gelu", "silu"])
@@ -519,3 +525,75 @@ def test_the_traced_backward_holds_the_conv3d_grad_ops_and_the_activation_deriva
     mine = [t.split(".")[1] for t in targets if t.startswith(f"{m.NAME}.")]
     assert mine == ["conv3d", "conv3d_input_grad", "conv3d_weight_grad"], targets
     assert any("threshold_backward" in t for t in targets), targets
+
+
+# ---- random 3D operand sets: refused, or a launch that stays inside the caller's buffers ---------------------
+
+_RUNS3 = {"ok": 0, "refused": 0}
+
+
+@st.composite
+def conv3d_case(draw):
+    op = draw(st.sampled_from(["fprop", "fprop", "dgrad", "wgrad"]))
+    # n c d h w k t r s: input extents to 7, filters to 3 (all three modes must fit), a zero now and then
+    dims = [draw(st.integers(0 if draw(st.integers(0, 30)) == 0 else 1, hi)) for hi in (4, 5, 7, 7, 7, 5, 3, 3, 3)]
+    stride = draw(st.sampled_from([1, 1, 2, (1, 2, 1), 0, (2, 1)]))
+    padding = draw(st.sampled_from([0, 1, 1, (0, 2, 1), -1]))
+    dilation = draw(st.sampled_from([1, 2, (2, 1, 1)]))
+    pads = [draw(st.sampled_from([0, 0, 1, 3])) for _ in range(3)]
+    orders = [(0, 2, 3, 4, 1)] * 3
+    if draw(st.integers(0, 7)) == 0:
+        orders[draw(st.integers(0, 2))] = draw(st.sampled_from([(0, 1, 2, 3, 4), (0, 2, 1, 3, 4), (0, 3, 2, 4, 1)]))
+    return op, dims, stride, padding, dilation, pads, orders, draw(st.integers(0, 9)) == 0
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(case=conv3d_case())
+def test_random_3d_operand_sets_are_refused_or_stay_inside_their_buffers(mod, case):
+    op, (n, c, d, h, w, k, t, r, s), stride, padding, dilation, pads, orders, bad_shape = case
+
+    def three(v):
+        return v if isinstance(v, tuple) and len(v) == 3 else (v, v, v) if not isinstance(v, tuple) else (1, 1, 1)
+
+    sd, pd, dl = three(stride), three(padding), three(dilation)
+    out = [max((e + 2 * p_ - l * (f - 1) - 1) // st_ + 1, 0) if st_ > 0 else 1
+           for e, p_, l, f, st_ in zip((d, h, w), pd, dl, (t, r, s), sd)]
+    out[0] += 1 if bad_shape else 0
+    x = _cl3((n, c, d, h, w), pad=pads[0], order=orders[0])
+    wt = _cl3((k, c, t, r, s), pad=pads[1], order=orders[1])
+    gy = _cl3((n, k, *out), pad=pads[2], order=orders[2])
+    geo = dict(stride=stride, padding=padding, dilation=dilation)
+    runs = mod._g_runs.value
+    try:
+        if op == "fprop":
+            res = mod.conv3d(x, wt, **geo)
+            bufs = {"x": x, "w": wt, "y": res}
+        elif op == "dgrad":
+            res = mod.conv3d_input_grad(gy, wt, (n, c, d, h, w), **geo)
+            bufs = {"x": res, "w": wt, "y": gy}
+        else:
+            res = mod.conv3d_weight_grad(x, gy, (k, c, t, r, s), **geo)
+            bufs = {"x": x, "w": res, "y": gy}
+    except mod.OperandError:
+        _RUNS3["refused"] += 1
+        assert mod._g_runs.value == runs
+        return
+    if 0 in res.shape:
+        assert mod._g_runs.value == runs
+        return
+    assert mod._g_runs.value == runs + 1
+    _RUNS3["ok"] += 1
+    e = last(mod)
+    assert (e["n"], e["d"], e["h"], e["w"], e["c"], e["k"], e["t"], e["r"], e["s"]) == (n, d, h, w, c, k, t, r, s)
+    # a trivial depth (D = T = 1, depth stride 1, no depth padding) is a 2D problem, which 2D kernels take too
+    name = mod.conv_kernels()[mod._g_last_kernel.value]
+    flat = (d, t, e["pad_front"][0], e["stride"][0], e["dilation"][0]) == (1, 1, 0, 1, 1)
+    assert name.startswith(f"conv3d_{op}") or (flat and name.startswith(f"conv2d_{op}")), (name, e)
+    for role, tensor in bufs.items():
+        _inside(e, role, tensor, 16)
+
+
+def test_the_3d_property_test_reached_the_library_often():
+    if _RUNS3["ok"] + _RUNS3["refused"] == 0:
+        pytest.skip("the property test did not run in this session")
+    assert _RUNS3["ok"] >= 15 and _RUNS3["refused"] >= 15, _RUNS3
