@@ -10,6 +10,9 @@
 # test file anywhere else stops the suite. Logs, junit files and the counts go under $OUT (the device tool's
 # folder) or ./gpu-suite-out.
 #   GROUPS_ONLY=1 scripts/gpu_suite.sh   prints each group's files and exits (no GPU, PyCUDA or nvcc needed).
+#   SHARD=i/n scripts/gpu_suite.sh GROUP   runs the i-th of n parts of the group's files (every n-th file from the
+#   i-th), so a group that outgrows one 10-minute device call runs as n calls, or side by side on n GPUs
+#   (CUDA_VISIBLE_DEVICES and OUT apart, each in its own checkout); the user-command check of gemm runs in part 1.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 [ "${GROUPS_ONLY:-0}" = 1 ] || { [ -f .device-wheels/setup.sh ] && source .device-wheels/setup.sh; }
@@ -35,9 +38,18 @@ group_of() {
     *) echo none ;;
   esac
 }
+SHARD="${SHARD:-1/1}"                 # i/n: the i-th of n parts of each group's files (every n-th file from the i-th)
+case "$SHARD" in
+  [1-9]/[1-9]) SHARD_I=${SHARD%/*}; SHARD_N=${SHARD#*/} ;;
+  *) echo "gpu_suite.sh: SHARD=$SHARD: give i/n with 1 <= i <= n <= 9 (e.g. SHARD=2/2)" >&2; exit 2 ;;
+esac
+[ "$SHARD_I" -le "$SHARD_N" ] || { echo "gpu_suite.sh: SHARD=$SHARD: i must not exceed n" >&2; exit 2; }
 files_of() {
+  local j=0
   for f in "${GPU_FILES[@]}"; do
-    [ "$(group_of "$f")" = "$1" ] && echo "$f"
+    [ "$(group_of "$f")" = "$1" ] || continue
+    [ $(( j % SHARD_N + 1 )) = "$SHARD_I" ] && echo "$f"
+    j=$(( j + 1 ))
   done
   return 0
 }
@@ -84,6 +96,8 @@ run_group() {
 if [ "$GROUP" = all ] || [ "$GROUP" = gemm ]; then
   export EMITTER_GPU_DIR="$WORK/gemm"          # test_gpu_verify's session fixture emits configs/gemm/*.yaml here
   run_group gemm
+fi
+if { [ "$GROUP" = all ] || [ "$GROUP" = gemm ]; } && [ "$SHARD_I" = 1 ]; then
   echo "== the user's own commands in a fresh directory: emit, build (cached), verify"
   USER_DIR="$WORK/gemm-user"
   rm -rf "$USER_DIR"
