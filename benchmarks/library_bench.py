@@ -165,7 +165,7 @@ def shape_key(family: str, text: str) -> tuple:
         from emitter.families.conv.problem import parse_problem, problem_from_mapping
 
         p = problem_from_mapping(parse_problem(text)[0])
-        return (p.n, p.d, p.h, p.w, p.c, p.k, p.t, p.r, p.s, p.pad_front, p.pad_back, p.stride, p.dilation)
+        return (p.n, p.d, p.h, p.w, p.c, p.k, p.t, p.r, p.s, p.pad_front, p.pad_back, p.stride, p.dilation, p.groups)
     raise BenchError(f"family {family!r} is not one of {', '.join(FAMILIES)}")
 
 

@@ -67,10 +67,19 @@ def test_bad_config_is_a_clean_error(tmp_path, text, where, what):
 
 def test_conv_eval_problem_errors_name_the_entry(tmp_path):
     p = _write(tmp_path, "conv", "family: conv\nspecs: [configs/conv/sm90a_resnet50.yaml]\n"
-               "tune: ['n=1,h=8,w=8,c=8,k=8,r=3,s=3,pad=1']\neval: ['n=1,h=8,w=8,c=8,k=8,r=3,s=3,pad=1,groups=2']\n")
+               "tune: ['n=1,h=8,w=8,c=8,k=8,r=3,s=3,pad=1']\neval: ['n=1,h=8,w=8,c=8,k=8,r=3,s=3,pad=1,groups=3']\n")
     with pytest.raises(lb.BenchError) as e:
         lb.load_config("conv", p)
-    assert "'eval[0]'" in str(e.value) and "groups" in str(e.value)
+    assert "'eval[0]'" in str(e.value) and "groups=3 must divide" in str(e.value)
+
+
+def test_a_grouped_conv_shape_is_not_its_ungrouped_twin(tmp_path):
+    """groups is part of a conv shape's identity: the grouped problem of a tuning shape's sizes is another shape."""
+    assert lb.shape_key("conv", "n=1,h=8,w=8,c=8,k=8,r=3,s=3,pad=1,groups=2") != \
+        lb.shape_key("conv", "n=1,h=8,w=8,c=8,k=8,r=3,s=3,pad=1")
+    p = _write(tmp_path, "conv", "family: conv\nspecs: [configs/conv/sm90a_resnet50.yaml]\n"
+               "tune: ['n=1,h=8,w=8,c=8,k=8,r=3,s=3,pad=1']\neval: ['n=1,h=8,w=8,c=8,k=8,r=3,s=3,pad=1,groups=2']\n")
+    assert lb.load_config("conv", p)["eval"] == ["n=1,h=8,w=8,c=8,k=8,r=3,s=3,pad=1,groups=2"]
 
 
 def test_table_from_a_recorded_fixture(tmp_path):
