@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 from emitter.families.attention.backward_model import AttentionBackwardInstance
 from emitter.families.attention.library_common import (
-    LONG_SEQ, MASKS, _NAME_RE, AttentionTuningRecord, _read_source, tuning_distance,
+    LONG_SEQ, MASKS, _NAME_RE, AttentionTuningRecord, _read_source, checked_tuning_records, tuning_distance,
 )
 
 C_FUNCTIONS = (
@@ -150,70 +150,18 @@ def backward_tuning_records(kernels: Sequence[BackwardKernel], entries: Sequence
                             ) -> tuple[list[AttentionTuningRecord], list[dict[str, Any]]]:
     """Records from the backward ops' tuning-table entries (each with its table's `source`, `position` and
     `gpu_cc`), and the entries not used, each with the reason (the export reports them)."""
-    from emitter.kit.library import tuning_problem_label
+    def first(ks, tuning, k, cc, d, dv, hq, hkv, sq, sk, b):
+        # determinism not asked for: what the profile timed
+        return backward_candidates(ks, cc=cc, dtype=k.dtype_code, head_dim=d, head_dim_v=dv, mask=k.mask_code,
+                                   varlen=k.inst.varlen, heads_q=hq, heads_kv=hkv, seq_q=sq, seq_k=sk, batch=b,
+                                   tuning=tuning)
 
-    by_name = {k.name: k for k in kernels}
-    records: list[AttentionTuningRecord] = []
-    dropped: list[dict[str, Any]] = []
-    seen: dict[tuple, str] = {}
-    for e in entries:
-        prob = e.get("problem") if isinstance(e.get("problem"), dict) else {}
-
-        def drop(reason: str, missing: bool = False) -> None:
-            dropped.append({"kernel": str(e.get("kernel")), "problem": [tuning_problem_label(prob)],
-                            "source": str(e.get("source")), "position": e.get("position"), "missing_kernel": missing,
-                            "reason": reason})
-
-        k = by_name.get(e.get("kernel"))
-        if k is None:
-            if e.get("kernel") in forward_names:
-                drop("a forward kernel in a backward op's entry (was the table edited?)")
-            else:
-                drop("backward kernel not in this library (not in the manifests, or left out by --select/--exclude/"
-                     "--arch or a failed build)", missing=True)
-            continue
-        try:
-            b, hq, hkv, sq, sk, d, dv = (int(prob[f]) for f in ("batch", "heads_q", "heads_kv", "seq_q", "seq_k",
-                                                                "head_dim", "head_dim_v"))
-        except (KeyError, TypeError, ValueError):
-            drop("problem lacks batch, heads_q, heads_kv, seq_q, seq_k, head_dim or head_dim_v (integers)")
-            continue
-        if min(b, hq, hkv, sq, sk) < 1 or max(b, hq, hkv, sq, sk) >= 2 ** 31 or hq % hkv:
-            drop("problem sizes out of range (>= 1, heads_kv dividing heads_q)")
-            continue
-        op = e.get("op") if isinstance(e.get("op"), dict) else {}
-        i = k.inst
-        want = {"dtype": i.dtype.yaml, "head_dim": i.head_dim, "head_dim_v": i.head_dim_v, "mask": i.mask.value}
-        diff = [f"{f}={op[f]!r} (kernel: {v!r})" for f, v in want.items() if f in op and op[f] != v]
-        if d != i.head_dim or dv != i.head_dim_v:
-            diff.append(f"problem head dims {d}/{dv} (kernel: {i.head_dim}/{i.head_dim_v})")
-        if hkv != hq and not i.gqa:
-            diff.append(f"heads {hq}/{hkv} need a GQA kernel")
-        if diff:
-            drop(f"does not fit {k.name}: {', '.join(diff)}")
-            continue
-        if int(e.get("split_k") or 1) != 1 or int(e.get("options") or 0) != 0:
-            drop(f"split_k {e.get('split_k')} / options {e.get('options')}: attention backward kernels have no run-time "
-                 "options")
-            continue
-        cc = int(e.get("gpu_cc") or 0)
-        key = (k.dtype_code, i.head_dim, i.head_dim_v, k.mask_code, i.varlen, b, hq, hkv, sq, sk, cc)
-        if key in seen:
-            drop(f"a second winner for this problem ({seen[key]} came first and is kept)")
-            continue
-        rec = AttentionTuningRecord(k.index, b, hq, hkv, sq, sk, cc)
-        # at its own problem (determinism not asked for: what the profile timed) the dispatch must try the record's
-        # kernel first
-        first = backward_candidates(kernels, cc=cc or k.cc, dtype=k.dtype_code, head_dim=d, head_dim_v=dv,
-                                    mask=k.mask_code, varlen=i.varlen, heads_q=hq, heads_kv=hkv, seq_q=sq, seq_k=sk,
-                                    batch=b, tuning=records + [rec])
-        if not first or first[0].index != k.index:
-            drop(f"at its own problem the dispatch would try {first[0].name if first else 'no kernel'} first "
-                 f"(its kernel does not compute this problem, or another record claims it)")
-            continue
-        seen[key] = k.name
-        records.append(rec)
-    return records, dropped
+    return checked_tuning_records(
+        kernels, entries, other_names=forward_names, first=first,
+        other_pass="a forward kernel in a backward op's entry (was the table edited?)",
+        missing="backward kernel not in this library (not in the manifests, or left out by --select/--exclude/--arch "
+                "or a failed build)",
+        no_options="attention backward kernels have no run-time options")
 
 
 def backward_records(entries: Sequence[dict[str, Any]], dtype_codes: dict[str, int], error: type[Exception]
