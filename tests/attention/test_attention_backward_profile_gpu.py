@@ -96,13 +96,17 @@ def test_profile_checks_and_times_backward_kernels_and_sdpa_backward(work):
     for pk in {m["problem"]["seq_q"] for m in kernels}:
         ks = {m["name"]: m for m in kernels if m["problem"]["seq_q"] == pk}
         assert set(ks) == {S80, S90}, ks.keys()
+        # every kernel is checked; a pruned one (correct, its probe launch > timing.prune x the best) is not timed,
+        # and at least one kernel per problem is
+        assert any(m["status"] == "ok" for m in ks.values()), [(m["name"], m["status"]) for m in ks.values()]
         for m in ks.values():
-            assert m["status"] == "ok", (m["name"], m["status"], m.get("reason"))
+            assert m["status"] in ("ok", "pruned"), (m["name"], m["status"], m.get("reason"))
             assert m["problem"]["pass"] == "backward"
             c = m["check"]
             assert c["passed"] and c["unwritten"] == 0 and all(e < 5e-3 for e in c["errors"].values()), c
-            assert c["after_timing"]["passed"], c
-            table.append((pk, m["name"], m["stats"]["median_ms"]))
+            if m["status"] == "ok":
+                assert c["after_timing"]["passed"], c
+                table.append((pk, m["name"], m["stats"]["median_ms"]))
         bs = {m["name"]: m for m in bases if m["problem"]["seq_q"] == pk}
         assert {"sdpa_cudnn", "sdpa_flash"} <= set(bs), bs.keys()
         assert all(b["status"] in ("ok", "unavailable") for b in bs.values()), [(b["name"], b["reason"]) for b in bs.values()]

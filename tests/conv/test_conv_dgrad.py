@@ -79,10 +79,21 @@ def test_analytic_2d_and_3d_strided_dgrad():
     ("stride_support: strided\nsplit_k: serial\n", "dgrad-strided-split-k", "remove split_k"),
     ("stride_support: strided\ndims: 3\n", "dgrad-strided-3d", "iterator: analytic"),
     ("dims: 3\niterator: analytic\n", "dgrad-unity-3d", "iterator: optimized"),
+    # the two-stage strided-dgrad kernel at sub-128-bit loads wrote wrong dx on the GPU; 128-bit loads are right
+    ("stride_support: strided\niterator: analytic\nstages: 2\nalignment: {a: 4, b: 4, c: 8}\n",
+     "dgrad-strided-pipelined", "use stages >= 3 with alignment a/b >= 2"),
+    ("stride_support: strided\niterator: analytic\nstages: 2\nalignment: {a: 1, b: 8, c: 1}\n",
+     "dgrad-strided-pipelined", "alignment a/b 8"),
 ])
 def test_sm80_strided_dgrad_rules(extra, rule, fix):
-    r = one(SM80 + extra)
+    r = one(SM80.replace("stages: 3\n", "") + extra) if "stages:" in extra else one(SM80 + extra)
     assert isinstance(r, Rejection) and r.rule == rule and fix in r.reason, r
+
+
+def test_sm80_strided_dgrad_alignments_that_ran_right_are_accepted():
+    for extra in ("stages: 2\nalignment: {a: 8, b: 8, c: 1}\n", "stages: 3\nalignment: {a: 2, b: 2, c: 2}\n"):
+        inst = one(SM80.replace("stages: 3\n", "") + "stride_support: strided\niterator: analytic\n" + extra)
+        assert not isinstance(inst, Rejection), inst
 
 
 def test_sm90a_strided_dgrad_is_refused_with_the_sm80_route():

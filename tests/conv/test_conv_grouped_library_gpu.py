@@ -1,6 +1,6 @@
 """Grouped and depthwise convolution through an exported library on a GPU: a library of one GEMM kernel, sm80 f16
 fprop / dgrad / wgrad, the two grouped fprop kernels of configs/conv/verify_set.yaml (group_mode single and
-multiple) and its alignment-1 analytic dgrad (strided) / wgrad (a depthwise group's one channel), built with CMake; conv2d(groups=g) against F.conv2d(groups=g) (cuDNN) on a grouped kernel where one
+multiple), an alignment-2 analytic strided dgrad (3 stages) and an alignment-1 wgrad (a depthwise group's one channel), built with CMake; conv2d(groups=g) against F.conv2d(groups=g) (cuDNN) on a grouped kernel where one
 takes the problem and as one launch a group otherwise; conv2d_input_grad / conv2d_weight_grad with groups (one
 dgrad / wgrad launch a group on channel slices) and conv2d's autograd against torch's gradients; groups = C
 (depthwise) in every op.
@@ -49,10 +49,10 @@ SPEC = GEMM_SPEC_NO_SWIZZLE + CONV_SM80_F16_ENTRY + """\
     dtype: {a: f16, c: f16, accumulator: f32, epilogue: f32}
     tile: 64x64x32
     warp: 32x32x32
-    stages: 2
+    stages: 3
     iterator: analytic
     stride_support: strided
-    alignment: {a: 1, b: 1, c: 1}
+    alignment: {a: 2, b: 2, c: 2}
   - family: conv
     arch: sm80
     op: wgrad
@@ -167,4 +167,4 @@ def test_grouped_refusals_are_clear(lib):
     with pytest.raises(lib.OperandError, match="must divide"):
         lib.conv2d(x, cl(torch, 64, 16, 3, 3), groups=5)
     with pytest.raises(lib.OperandError, match=r"\(K, C/groups, R, S\)"):
-        lib.conv2d(x, cl(torch, 64, 48, 3, 3), groups=3)
+        lib.conv2d(x, cl(torch, 64, 48, 3, 3), groups=4)      # groups divide C and K; w's C/groups is not 12

@@ -159,6 +159,15 @@ def resolve(inst: ConvInstance) -> ConvInstance | Rejection:
         stages = max(3, min(MAX_AUTO_STAGES, AUTO_TARGET // per_stage))
     if stages < 2:
         return reject(inst, "stages", "at least 2 stages")
+    if (stages == 2 and inst.op is ConvOp.dgrad and dims == 2 and inst.stride_support is StrideSupport.strided
+            and (al_a != full or al_b != full)):
+        # measured on an H100 and an H200: CUTLASS 2.x's strided-dgrad kernel on the two-stage (pipelined) mainloop
+        # with sub-128-bit loads of dy or w leaves most of dx unwritten on every problem (alignment 1, 2 and 4
+        # alike); at 128-bit loads, or on the multistage mainloop at any alignment it accepts, it is right
+        return reject(inst, "dgrad-strided-pipelined", f"stages 2 with alignment a/b {al_a}/{al_b}: the two-stage "
+                                                       f"strided-dgrad kernel with loads narrower than 128 bits computes "
+                                                       f"a wrong dx (verified on the GPU); use stages >= 3 with "
+                                                       f"alignment a/b >= {32 // a.bits}, or alignment a/b {full}")
     if stages == 2 and it in (IteratorAlgorithm.few_channels, IteratorAlgorithm.fixed_channels):
         return reject(inst, "stages-channels", f"iterator {it} has no two-stage (pipelined) kernel: use stages >= 3")
     smem = per_stage * stages
