@@ -244,6 +244,7 @@ REJECTED = [
     ("tile-m-multiple-of-64", dict(tile=(32, 128, 64))),
     ("tile-m-max", dict(tile=(384, 128, 64))),
     ("tile-n-multiple-of-8", dict(tile=(128, 100, 64))),
+    ("tile-n-multiple-of-16", dict(tile=(64, 88, 64))),
     ("tile-n-max", dict(tile=(128, 512, 64))),
     ("tile-k-multiple-of-instruction-k", dict(tile=(128, 128, 24))),
     ("tile-k-multiple-of-instruction-k", dict(a=T.e4m3, d=T.bf16, tile=(128, 128, 48))),
@@ -265,7 +266,7 @@ REJECTED = [
     ("epilogue-tma", dict(epilogue=EpilogueSchedule.tma, align=(8, 8, 4))),
     ("epilogue-tma", dict(epilogue=EpilogueSchedule.tma, align=(4, 4, 8), cluster=(1, 1, 1))),
     ("epilogue-tma", dict(a=T.f32, d=T.f32, layout="ttt", tile=(128, 128, 32), epilogue=EpilogueSchedule.tma)),
-    ("epilogue-tma", dict(a=T.e4m3, d=T.e4m3, tile=(128, 40, 128), epilogue=EpilogueSchedule.tma)),
+    ("tile-n-multiple-of-16", dict(a=T.e4m3, d=T.e4m3, tile=(128, 40, 128), epilogue=EpilogueSchedule.tma)),
     ("epilogue-fusion-needs-tma", dict(activation=Activation.relu, epilogue=EpilogueSchedule.no_smem)),
     ("epilogue-fusion-needs-tma", dict(bias=Bias.row, align=(8, 8, 2))),
     ("epilogue-fusion-needs-tma", dict(a=T.f32, d=T.f32, layout="ttt", tile=(128, 128, 32), bias=Bias.column)),
@@ -366,7 +367,7 @@ def test_resolve_fills_derived_fields():
     (T.f32, (128, 96, 32), (64, 96, 8)), (T.s8, (128, 64, 128), (64, 64, 32)),
     # tile N outside the base set: one wgmma of the tile's N from CUTLASS's extended shapes (floating point);
     # the integer types keep the base set (their extended list lacks some multiples of 8)
-    (T.bf16, (128, 40, 64), (64, 40, 16)), (T.bf16, (128, 112, 64), (64, 112, 16)),
+    (T.bf16, (128, 48, 64), (64, 48, 16)), (T.bf16, (128, 112, 64), (64, 112, 16)),
     (T.e4m3, (128, 112, 128), (64, 112, 32)), (T.f16, (64, 144, 64), (64, 144, 16)),
     (T.s8, (128, 112, 128), (64, 16, 32)),
 ])
