@@ -360,17 +360,30 @@ def wave_log(k: KernelRecord, m: int, n: int, batch: int, split: int, sms: int) 
     return log2_fixed(_sat_mul(_ceil_div(units, slots), slots)) - log2_fixed(units)
 
 
+def pad_log(k: KernelRecord, m: int, n: int) -> int:
+    """log2(the kernel's tile-padded m x n / m x n), 16.16 fixed point: the share of its MMAs that fall outside the
+    problem. A 64x32 swap_ab tile on M = 16 does the work of M = 32, so its time does not double from M = 16 to 32
+    as the FLOPs do (the 2026-11-28 H100 library bench: scaled by FLOPs alone, 32x4096x4096 went to the 128x16
+    split-K kernel, 0.91 of the best exported one)."""
+    km, kn = (n, m) if k.swap_ab else (m, n)
+    tm, tn = max(k.tile[0], 1), max(k.tile[1], 1)
+    return (log2_fixed(_ceil_div(max(km, 1), tm) * tm) + log2_fixed(_ceil_div(max(kn, 1), tn) * tn)
+            - log2_fixed(max(km, 1)) - log2_fixed(max(kn, 1)))
+
+
 def clamp_split(k: KernelRecord, split: int, kk: int) -> int:
     return max(1, min(split, kk // max(k.tile[2], 1)))
 
 
 def predicted_cost(k: KernelRecord, r: MeasuredRecord, q: Query) -> int:
     """log2 of the kernel's predicted time on q (16.16 fixed point, integers only: bit-identical in both
-    languages), from its time on r's shape: scaled by the FLOPs (m n k batch) and by the wave quantization of
-    its tile grid at both shapes (wave_log), with r's split-K count (clamped to q's k) at q."""
+    languages), from its time on r's shape: scaled by the FLOPs (m n k batch) its tiles do (the problem's, padded
+    to whole tiles: pad_log) and by the wave quantization of its tile grid at both shapes (wave_log), with r's
+    split-K count (clamped to q's k) at q."""
     ql = (log2_fixed(q.m), log2_fixed(q.n), log2_fixed(q.k), log2_fixed(max(q.batch, 1)))
     split_q = clamp_split(k, r.split_k, q.k) if k.split_k and r.split_k > 1 else 1
-    return r.log_time + sum(ql) - sum(r.logs) + wave_log(k, q.m, q.n, q.batch, split_q, r.sms) - r.wave_self(k)
+    return (r.log_time + sum(ql) - sum(r.logs) + pad_log(k, q.m, q.n) - pad_log(k, r.m, r.n)
+            + wave_log(k, q.m, q.n, q.batch, split_q, r.sms) - r.wave_self(k))
 
 
 def candidate_order(kernels: Sequence[KernelRecord], tuning: Sequence[TuningRecord], q: Query,
