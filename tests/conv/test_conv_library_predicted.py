@@ -291,6 +291,11 @@ def test_probe_parity_with_the_python_twin(exported):
         assert line.split() == want, (q, line, want)
         predicted += bool(want) and want[0].split(":")[2] != "-1"
     assert predicted > 50      # the parity covers the rule's new step, not only today's
+    # the library's per-thread order cache (64 entries, round-robin) answers the same: every query twice, the second
+    # pass in reverse, so that hits, misses and replaced entries all occur
+    twice = subprocess.run([str(exe), "--cached"], input=text + "".join(reversed(text.splitlines(keepends=True))),
+                           capture_output=True, text=True, check=True).stdout.splitlines()
+    assert twice == got + got[::-1]
 
 
 OPS = {"fprop": 1, "dgrad": 2, "wgrad": 3}

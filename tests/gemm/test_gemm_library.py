@@ -621,6 +621,12 @@ def test_cpp_dispatch_matches_python(tmp_path):
     assert predicted > 50 and padded > 20, (predicted, padded)   # ... ranked by predicted time; options dropped
     assert tuned_split > 50 and clamped > 20 and explicit > 20   # ... and tuned, clamped and explicit splits
     assert min(fast.values()) > 20, fast   # ... and fast-accum kernels: hidden without the opt-in, tuned and first with it
+    # the library's per-thread dispatch cache (64 entries, round-robin) answers the same: every query twice, the
+    # second pass in reverse, so that hits, misses and replaced entries all occur
+    twice = queries + queries[::-1]
+    res = subprocess.run([str(exe), "--cached"], input="\n".join(map(_query_line, twice)) + "\n", capture_output=True,
+                         text=True, check=True)
+    assert res.stdout.splitlines() == got + got[::-1]
     # the probe lists the same table (names sorted, ranks)
     listing = subprocess.run([str(exe), "--kernels"], capture_output=True, text=True, check=True).stdout.splitlines()
     assert [l.split()[1] for l in listing] == [k.name for k in r.kernels]
