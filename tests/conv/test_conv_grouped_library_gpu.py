@@ -116,6 +116,7 @@ CASES = [
     (2, 96, 14, 14, 256, 4, 3, 1, 1, "single"),        # K/g = 64 = the single kernel's tile n
     (2, 48, 15, 13, 128, 2, 3, 2, 1, "multiple"),      # K/g = 64: both grouped kernels; C/g = 24
     (2, 64, 16, 16, 64, 64, 3, 1, 1, "multiple"),      # depthwise
+    (2, 32, 15, 13, 32, 32, 3, 2, 1, "multiple"),      # depthwise stride 2: dgrad as a zero-inserted fprop
     (2, 64, 12, 12, 64, 4, 3, 2, 1, "multiple"),       # K/g = 16 divides tile n 64
     (2, 64, 9, 9, 96, 2, 1, 1, 0, "slices"),           # K/g = 48: neither grouped kernel; one launch a group
 ]

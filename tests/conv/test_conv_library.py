@@ -712,26 +712,40 @@ def test_grouped_conv2d_backward_passes_groups_to_dgrad_and_wgrad(tmod, monkeypa
 
 
 def test_depthwise_dgrad_route_is_a_rotated_filter_fprop(mod):
-    """At stride 1 a depthwise dgrad is the depthwise fprop of dy with the filter rotated by 180 degrees and padding
-    dilation * (R - 1) - padding: the loader's padding helper, and the identity itself in torch float64 (CPU)."""
+    """A depthwise dgrad is the depthwise fprop of dy -- at stride s with zeros inserted between its rows and
+    columns and the forward's left-over rows appended -- with the filter rotated by 180 degrees and padding
+    dilation * (R - 1) - padding: the loader's helpers, and the identity itself in torch float64 (CPU) on odd sizes,
+    strides 1-3 per axis, dilation and padding per axis."""
     pad = mod._conv_depthwise_dgrad_padding
     assert pad((8, 1, 3, 5), (2, 8, 9, 9), 1, (1, 2), (2, 1), 8) == [3, 2]
-    assert pad((8, 1, 3, 3), (2, 8, 9, 9), 2, 1, 1, 8) is None             # strided: not a plain correlation
+    assert pad((8, 1, 3, 3), (2, 8, 9, 9), 2, 1, 1, 8) == [1, 1]           # strided: through zero insertion
     assert pad((8, 2, 3, 3), (2, 16, 9, 9), 1, 1, 1, 8) is None            # grouped, not depthwise
     assert pad((8, 1, 3, 3), (2, 8, 9, 9), 1, 3, 1, 8) is None             # padding past the filter: negative
     assert pad((8, 1, 3, 3), (2, 8, 9, 9), 1, 1, 1, 1) is None
     torch = pytest.importorskip("torch")
     import torch.nn.functional as F
 
+    up = mod._conv_depthwise_dgrad_input
     g = torch.Generator().manual_seed(3)
-    for (r, s, p, d) in ((3, 3, 1, 1), (5, 3, (2, 0), (1, 2)), (3, 3, 0, 2)):
+    cases = [((3, 3), 1, 1, 1, (11, 10)), ((5, 3), (2, 0), (1, 2), 1, (11, 10)), ((3, 3), 0, 2, 1, (11, 10)),
+             ((3, 3), 1, 1, 2, (11, 10)), ((3, 3), 1, 1, 2, (12, 9)), ((5, 5), 2, 1, (2, 3), (13, 14)),
+             ((3, 3), 1, 2, 3, (17, 16)), ((1, 1), 0, 1, 2, (7, 8)), ((7, 7), 3, 1, 2, (9, 10))]
+    for (r, s), p, d, st, hw in cases:
         w = torch.randn(6, 1, r, s, dtype=torch.float64, generator=g)
-        x_shape = (2, 6, 11, 10)
-        dy = torch.randn(F.conv2d(torch.zeros(x_shape, dtype=torch.float64), w, padding=p, dilation=d,
+        x_shape = (2, 6, *hw)
+        dy = torch.randn(F.conv2d(torch.zeros(x_shape, dtype=torch.float64), w, stride=st, padding=p, dilation=d,
                                   groups=6).shape, dtype=torch.float64, generator=g)
-        want = torch.nn.grad.conv2d_input(x_shape, w, dy, padding=p, dilation=d, groups=6)
-        got = F.conv2d(dy, w.flip((2, 3)), padding=pad(w.shape, x_shape, 1, p, d, 6), dilation=d, groups=6)
-        assert torch.allclose(got, want), (r, s, p, d)
+        dy = dy.contiguous(memory_format=torch.channels_last)
+        want = torch.nn.grad.conv2d_input(x_shape, w, dy, stride=st, padding=p, dilation=d, groups=6)
+        y_in = up(dy, w.shape, x_shape, st, p, d)
+        assert y_in.is_contiguous(memory_format=torch.channels_last), (r, s, p, d, st)
+        got = F.conv2d(y_in, w.flip((2, 3)), padding=pad(w.shape, x_shape, st, p, d, 6), dilation=d, groups=6)
+        assert got.shape == want.shape and torch.allclose(got, want), (r, s, p, d, st, hw)
+    # a dy that is not the geometry's (N, C, P, Q): no route (the dgrad path then refuses it with its message)
+    w = torch.randn(6, 1, 3, 3, dtype=torch.float64)
+    assert up(torch.zeros(2, 6, 5, 6, dtype=torch.float64), w.shape, (2, 6, 11, 10), 2, 1, 1) is None
+    assert up(torch.zeros(3, 6, 6, 5, dtype=torch.float64), w.shape, (2, 6, 11, 10), 2, 1, 1) is None
+    assert up(torch.zeros(2, 6, 6, 5, dtype=torch.float64), w.shape, (2, 6, 11), 2, 1, 1) is None
 
 
 def test_conv2d_forward_and_backward_under_torch_compile(tmod, monkeypatch):
