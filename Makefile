@@ -8,7 +8,7 @@ SPECS   ?= configs/gemm/*.yaml
 DEMO_SPECS ?= configs/demo.yaml
 JOBS    ?=
 
-.PHONY: install install-base demo demo-all emit build verify profile test test-fast test-gpu bench bench-gpu bench-gpu-explore bench-attention bench-conv bench-library perf-doc golden clean
+.PHONY: install install-base demo demo-all emit build verify profile test test-fast test-gpu bench bench-gpu bench-gpu-explore bench-attention bench-conv bench-conv-grouped bench-library perf-doc golden clean
 
 install: $(VENV)/.installed $(VENV)/.installed-torch
 $(VENV)/.installed: $(VENV)/.installed-base pyproject.toml
@@ -103,6 +103,9 @@ bench-attention:         # on the GPU machine: emit, build, verify and time the 
 
 bench-conv:              # on the GPU machine: emit, build (-j 16), verify and time the ResNet-50 conv layers vs cuDNN (issue 28)
 	python3 benchmarks/conv_bench.py --out $${OUT:-results}/conv -j 16 --doc docs/conv_performance.md
+
+bench-conv-grouped:      # on the GPU machine: grouped / depthwise conv through the exported library vs cuDNN
+	python3 benchmarks/conv_grouped_bench.py --out $${OUT:-results}/conv_grouped -j 16 --doc docs/conv_grouped_performance.md
 
 # bench-library: the exported library as users get it, per family (configs/bench/library_<family>.yaml): emit the
 # starter specs, emitter build + profile on a tuning set, export with that tuning + CMake, then the library's torch
