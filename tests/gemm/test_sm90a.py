@@ -951,3 +951,11 @@ def test_sourceless_epilogue_rejections_name_the_fix():
     # TMA epilogue impossible (alignment below 16 bytes): the rule says why
     r = sm90a.resolve(make(tile=(128, 128, 64), cluster=(1, 1, 1), align=(8, 8, 4), source=False))
     assert isinstance(r, Rejection) and r.rule in ("sourceless-needs-tma", "epilogue-tma"), r
+
+
+def test_tile_n_odd_multiple_of_8_only_with_row_major_output():
+    """tile n = 8 mod 16 gives 8-column epilogue sub-tiles: refused for row-major C/D (64x88 TN failed nvcc),
+    accepted for column-major C/D (128x40 TNN compiles: test_shared_memory_model_matches_nvcc)."""
+    r = sm90a.resolve(make(tile=(64, 88, 64), cluster=(1, 1, 1)))
+    assert isinstance(r, Rejection) and r.rule == "tile-n-multiple-of-16" and "column-major" in r.reason
+    ok(make(tile=(128, 40, 64), cluster=(1, 1, 1), layout="tnn"))

@@ -371,11 +371,13 @@ def _check_tile(inst: GemmInstance) -> None:
     if t.n < 8 or t.n % 8:
         _fail("tile-n-multiple-of-8", f"tile n={t.n} is not a multiple of 8 (the wgmma N step): use e.g. "
               f"{max(8, t.n // 8 * 8)} or {_round_up(max(t.n, 1), 8)}")
-    if t.n % 16 and inst.d.bits <= 16:
-        # CUTLASS's automatic epilogue sub-tile is gcd(32, n) columns: 8 for these tiles, and nvcc stops in the
-        # epilogue's layouts (cute "Stride Divisibility Condition"; seen on 64x88x64 bf16 ping-pong, 2026-11-28)
-        _fail("tile-n-multiple-of-16", f"tile n={t.n} with {inst.d} output gives 8-column epilogue sub-tiles, which "
-              f"CUTLASS's sm90 epilogue does not compile: use tile n={t.n - 8} or {t.n + 8}")
+    if t.n % 16 and inst.d.bits <= 16 and inst.layout_c is Layout.row:
+        # CUTLASS's automatic epilogue sub-tile is gcd(32, n) columns: 8 for these tiles, and with row-major C/D
+        # nvcc stops in the epilogue's layouts (cute "Stride Divisibility Condition"; seen on 64x88x64 bf16
+        # ping-pong, TN, 2026-11-28); column-major C/D (128x40 TNN) compiles
+        _fail("tile-n-multiple-of-16", f"tile n={t.n} with row-major {inst.d} output gives 8-column epilogue "
+              f"sub-tiles, which CUTLASS's sm90 epilogue does not compile: use tile n={t.n - 8} or {t.n + 8}, or "
+              f"column-major C/D")
     if t.n > 256:
         _fail("tile-n-max", f"tile n={t.n} is above 256 (the largest wgmma N): use 64, 128, 192 or 256")
     if t.k < ik or t.k % ik:
