@@ -130,7 +130,8 @@ def bench_case(torch, timer, lib, layer, op: str, sets_wanted: int) -> dict[str,
         row["kernel"], row["why"] = sel.get("kernel"), sel.get("reason")
     except Exception as e:  # noqa: BLE001 -- a selection the library refuses is the row's reason
         row["kernel"], row["why"] = None, f"{type(e).__name__}: {str(e)[:200]}"
-    if op == "dgrad" and g == c == k:
+    # the route as conv_select reports it (a depthwise dgrad: the fprop route when a grouped kernel takes it)
+    if (row["why"] or "").startswith("depthwise dgrad"):
         row["route"] = "depthwise fprop of dy (rotated filter" + (", zero-inserted dy)" if st > 1 else ")")
     elif op == "fprop" and row["kernel"] and "_group" in row["kernel"]:
         row["route"] = "grouped kernel"

@@ -376,7 +376,8 @@ def _check_tile(inst: GemmInstance) -> None:
         # nvcc stops in the epilogue's layouts (cute "Stride Divisibility Condition"; seen on 64x88x64 bf16
         # ping-pong, TN, 2026-11-28); column-major C/D (128x40 TNN) compiles
         _fail("tile-n-multiple-of-16", f"tile n={t.n} with row-major {inst.d} output gives 8-column epilogue "
-              f"sub-tiles, which CUTLASS's sm90 epilogue does not compile: use tile n={t.n - 8} or {t.n + 8}, or "
+              f"sub-tiles, which CUTLASS's sm90 epilogue does not compile: use tile n="
+              f"{' or '.join(str(v) for v in (t.n - 8, t.n + 8) if 16 <= v <= 256)}, or "
               f"column-major C/D")
     if t.n > 256:
         _fail("tile-n-max", f"tile n={t.n} is above 256 (the largest wgmma N): use 64, 128, 192 or 256")
