@@ -14,7 +14,7 @@ class ConvManifestError(EmitterError):
 
 
 _OPS = ("fprop", "dgrad", "wgrad")
-_KERNELS = ("implicit", "gemm_1x1")
+_KERNELS = ("implicit", "gemm_1x1", "depthwise_direct")
 _GROUP_MODES = ("none", "single", "multiple")
 
 
@@ -43,6 +43,10 @@ class ConvConfig:
     kernel: str = "implicit"        # implicit | gemm_1x1 (sm90a 1x1 conv as a persistent GEMM)
     scheduler: str = "auto"         # gemm_1x1: persistent | stream_k
     group_mode: str = "none"        # none | single | multiple (sm80 grouped fprop)
+    # depthwise_direct: the compiled filter (R, S), stride and dilation ((0, 0) = any); () for other kernels
+    filter: tuple[int, ...] = ()
+    conv_stride: tuple[int, ...] = ()
+    conv_dilation: tuple[int, ...] = ()
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @staticmethod
@@ -80,7 +84,9 @@ class ConvConfig:
             clamp_max=float(ep.get("clamp_max", 6.0)),
             kernel=get("kernel", str, _KERNELS) if "kernel" in cfg else "implicit",
             scheduler=str(cfg.get("scheduler", "auto")),
-            group_mode=get("group_mode", str, _GROUP_MODES) if "group_mode" in cfg else "none", raw=dict(cfg))
+            group_mode=get("group_mode", str, _GROUP_MODES) if "group_mode" in cfg else "none",
+            filter=_pair(name, cfg, "filter"), conv_stride=_pair(name, cfg, "conv_stride"),
+            conv_dilation=_pair(name, cfg, "conv_dilation"), raw=dict(cfg))
 
     @property
     def cfg(self) -> dict[str, Any]:
@@ -89,5 +95,17 @@ class ConvConfig:
                 "alignment_b": self.alignment_b, "alignment_c": self.alignment_c, "iterator": self.iterator,
                 "stride_support": self.stride_support, "split_k": self.split_k, "kernel": self.kernel,
                 "scheduler": self.scheduler, "group_mode": self.group_mode, "tile": list(self.tile),
+                "filter": list(self.filter), "conv_stride": list(self.conv_stride),
+                "conv_dilation": list(self.conv_dilation),
                 "epilogue": {"activation": self.activation, "bias": self.bias, "clamp_min": self.clamp_min,
                              "clamp_max": self.clamp_max}}
+
+
+def _pair(name: str, cfg: Mapping[str, Any], key: str) -> tuple[int, ...]:
+    v = cfg.get(key)
+    if v is None:
+        return ()
+    if not isinstance(v, list) or len(v) != 2 or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
+                                                         for x in v):
+        raise ConvManifestError(f"instance {name}: config key {key!r} = {v!r} is not two integers >= 0")
+    return tuple(v)

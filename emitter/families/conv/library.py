@@ -65,6 +65,9 @@ class ConvKernelRecord:
     # output tiles one SM works on at once (the predicted-time rule's wave model): 2 for the pingpong schedule, whose
     # two consumer warp groups each own a tile
     tiles_per_sm: int = 1
+    # kernel: depthwise_direct (sm80 depthwise direct convolution; its tile is P x Q x channels): the dispatch tries it
+    # first for a depthwise problem (groups = C = K), ahead of the grouped implicit GEMMs
+    depthwise_direct: bool = False
 
     @property
     def align_bytes(self) -> int:
@@ -119,7 +122,8 @@ def kernel_records(entries: Sequence[dict[str, Any]]) -> list[ConvKernelRecord]:
             alignment_c=cfg.alignment_c, tile=tuple(cfg.tile), cluster=tuple(int(v) for v in cluster),
             iterator=cfg.iterator, unity_stride=cfg.stride_support == "unity", split_k=cfg.split_k != "none",
             activation=cfg.activation, bias=cfg.bias, clamp_min=cfg.clamp_min, clamp_max=cfg.clamp_max,
-            cutlass_major=3 if cfg.arch == "sm90a" else 2, tiles_per_sm=2 if raw.get("schedule") == "pingpong" else 1))
+            cutlass_major=3 if cfg.arch == "sm90a" else 2, tiles_per_sm=2 if raw.get("schedule") == "pingpong" else 1,
+            depthwise_direct=cfg.kernel == "depthwise_direct"))
     return out
 
 

@@ -69,6 +69,7 @@ class ConvQuery:
     split_k: int = 1
     cc: int = 90
     dims2: bool = True          # d = t = 1, no depth padding, depth stride and dilation 1
+    groups: int = 1             # F.conv2d's groups; groups = C = K puts the depthwise direct kernels first
 
     @property
     def npq(self) -> int:
@@ -307,10 +308,19 @@ def launch_split_k(kernels: Sequence, tuning: Sequence, measured: Sequence[ConvM
     return default_split_k(k, q, sms)
 
 
+def depthwise_first(kernels: Sequence, q: ConvQuery, order: list[ConvCandidate]) -> list[ConvCandidate]:
+    """Mirror of conv_depthwise_first (api.cpp.j2): for a depthwise problem (groups = C = K > 1) the depthwise direct
+    kernels before every other candidate (the grouped implicit GEMMs), each group keeping its order."""
+    if not (q.groups > 1 and q.groups == q.ci == q.k):
+        return order
+    direct = [c for c in order if getattr(kernels[c.kernel], "depthwise_direct", False)]
+    return direct + [c for c in order if c not in direct]
+
+
 def select(kernels: Sequence, tuning: Sequence, q: ConvQuery, measured: Sequence[ConvMeasuredRecord] = (),
            can_implement: Callable[[int, int], bool] | None = None, sms: int = 132) -> tuple[ConvCandidate, int] | None:
     """The candidate the library launches and its split-K count, given can_implement(kernel, split) (default: all)."""
-    for c in candidate_order(kernels, tuning, q, measured):
+    for c in depthwise_first(kernels, q, candidate_order(kernels, tuning, q, measured)):
         split = launch_split_k(kernels, tuning, measured, c, q, sms)
         if can_implement is None or can_implement(c.kernel, split):
             return c, split

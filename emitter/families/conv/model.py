@@ -93,9 +93,13 @@ class ConvKernelKind(Enum):
     """How the conv is computed (spec `kernel:`). implicit: the implicit-GEMM conv kernel of the arch (every conv
     problem its rules allow). gemm_1x1 (sm90a fprop / dgrad / wgrad): a 1x1, stride-1, unpadded conv on NHWC tensors IS a
     GEMM, run by CUTLASS 3.x's persistent GemmUniversal (cooperative / pingpong, stream-K); any other problem is
-    refused at run time (EMITTER_CANNOT_IMPLEMENT), so a library dispatch falls through to another kernel."""
+    refused at run time (EMITTER_CANNOT_IMPLEMENT), so a library dispatch falls through to another kernel.
+    depthwise_direct (sm80 2D fprop): CUTLASS 2.x's depthwise direct convolution (DefaultDepthwiseDirect2dConvFprop,
+    SIMT): groups = C = K only, its filter size (and, unless `any`, stride and dilation) fixed at compile time; `tile`
+    is then the output tile a CTA computes, P x Q x channels (one image, N = 1, as CUTLASS's kernel has it)."""
     implicit = "implicit"
     gemm_1x1 = "gemm_1x1"
+    depthwise_direct = "depthwise_direct"
 
     def __str__(self) -> str:
         return self.value
@@ -153,7 +157,7 @@ class ConvInstance:
     c: DType                     # output and beta source
     accumulator: DType
     epilogue_compute: DType
-    tile: Shape3                 # threadblock (2.x) / CTA (3.x) tile of the implicit GEMM
+    tile: Shape3                 # threadblock (2.x) / CTA (3.x) tile of the implicit GEMM; depthwise_direct: P x Q x channels
     warp: Shape3 | None          # 2.x only
     cluster: Shape3 | None       # 3.x only
     instruction: Shape3 | None   # 2.x mma.sync shape (None = derive)
@@ -171,6 +175,11 @@ class ConvInstance:
     scheduler: ConvTileScheduler = ConvTileScheduler.auto  # gemm_1x1 only
     swap_ab: bool = False        # gemm_1x1 wgrad only: compute dw^T[C, K] = x^T . dy (M = C, N = K), D column-major
     group_mode: ConvGroupMode = ConvGroupMode.none         # sm80 fprop only: a grouped-convolution kernel
+    # depthwise_direct only: the filter R x S it is compiled for, and the stride / dilation (height, width) compiled
+    # in; (0, 0) = `any`, read at run time (CUTLASS's optimized iterator instead of kFixedStrideDilation)
+    filter: tuple[int, int] | None = None
+    conv_stride: tuple[int, int] | None = None
+    conv_dilation: tuple[int, int] | None = None
     spec_file: str = field(default="", compare=False)
     spec_index: int = field(default=0, compare=False)
     spec_hash: str = field(default="", compare=False)
@@ -193,6 +202,8 @@ class ConvInstance:
                 return v.value[0] if isinstance(v.value, tuple) else v.value
             if isinstance(v, Shape3):
                 return v.as_list()
+            if isinstance(v, tuple):
+                return list(v)
             if isinstance(v, ConvEpilogue):
                 out: dict[str, Any] = {"activation": v.activation.value, "bias": v.bias}
                 if v.activation is Activation.clamp:
@@ -205,6 +216,8 @@ class ConvInstance:
             skip |= {"kernel", "schedule", "scheduler", "swap_ab"}
         if self.group_mode is ConvGroupMode.none:    # so does every ungrouped instance's
             skip.add("group_mode")
+        if self.kernel is not ConvKernelKind.depthwise_direct:
+            skip |= {"filter", "conv_stride", "conv_dilation"}
         out = {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name not in skip}
         out["dims"] = self.dims
         return out

@@ -4,6 +4,8 @@ conv<dims>d_<op>_<arch>_<a>_<c>_acc<acc>[_ep<compute>]_<layout>_<tile>_<w..|c..>
     [_<iterator>_<stride>_swz<N>] _al<a>x<b>x<c> _<activation>[_bias] [_splitk<serial|parallel>]
     [_gemm1x1_<coop|pingpong>_<persistent|streamk>[_swapab]]      (kernel: gemm_1x1 only; implicit kernels keep their names)
     [_group<single|multiple>]                                       (grouped kernels only)
+kernel: depthwise_direct replaces `_<iterator>_<stride>_swz<N>` with `_dwdirect_f<R>x<S>_st<HxW|any>_dl<HxW|any>`
+(its tile is P x Q x channels).
 Every configuration field appears (or is at its stated default), so different configs get different names.
 """
 
@@ -32,7 +34,12 @@ def instance_name(inst: ConvInstance) -> str:
     if inst.instruction is not None:
         parts.append(f"i{inst.instruction}")
     parts.append(f"s{inst.stages}" if inst.stages else "sauto")
-    if inst.arch.cutlass_major == 2:
+    if inst.kernel is ConvKernelKind.depthwise_direct:
+        step = {(0, 0): "any"}
+        parts += ["dwdirect", "f{}x{}".format(*(inst.filter or (0, 0))),
+                  "st" + step.get(inst.conv_stride, "{}x{}".format(*(inst.conv_stride or (0, 0)))),
+                  "dl" + step.get(inst.conv_dilation, "{}x{}".format(*(inst.conv_dilation or (0, 0))))]
+    elif inst.arch.cutlass_major == 2:
         parts += [_ITER[inst.iterator.value], inst.stride_support.value, f"swz{inst.swizzle}"]
     else:
         parts.append(inst.stride_support.value)

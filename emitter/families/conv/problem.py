@@ -221,6 +221,8 @@ def not_supported_reasons(cfg: Mapping[str, Any], p: ConvProblem) -> list[str]:
     reasons = list(p.problem_errors())
     if reasons:
         return reasons
+    if cfg.get("kernel", "implicit") == "depthwise_direct":
+        return depthwise_direct_reasons(cfg, p)
     op, arch, dims = cfg["op"], cfg["arch"], int(cfg.get("dims", 2))
     al_a, al_b, al_c = int(cfg["alignment_a"]), int(cfg["alignment_b"]), int(cfg["alignment_c"])
     a_tensor, b_tensor = {"fprop": ("x", "w"), "dgrad": ("y", "w"), "wgrad": ("y", "x")}[op]
@@ -297,6 +299,69 @@ def group_reasons(cfg: Mapping[str, Any], p: ConvProblem) -> list[str]:
         return [f"tile n {tile_n} is not a multiple of K/groups={k_group}: group_mode multiple computes whole groups "
                 f"a CTA (use a group_mode: single instance when K/groups is a multiple of its tile n)"]
     return []
+
+
+def depthwise_direct_reasons(cfg: Mapping[str, Any], p: ConvProblem) -> list[str]:
+    """What a `kernel: depthwise_direct` instance (sm80 depthwise direct convolution) refuses -- its shim's
+    EMITTER_CANNOT_IMPLEMENT rules, said before a launch: depthwise problems only (groups = C = K), 2D, the compiled
+    filter size, stride and dilation (unless compiled as `any`), C a multiple of the 128-bit channel vector, no bias."""
+    out = []
+    if not p.groups == p.c == p.k:
+        out.append(f"groups={p.groups}, C={p.c}, K={p.k}: kernel depthwise_direct runs depthwise convolutions only "
+                   f"(groups = C = K)")
+    if p.dims == 3:
+        out.append("a 2D instance cannot run a problem with depth (d, t, depth padding/stride/dilation)")
+    flt = tuple(cfg.get("filter") or ())
+    if flt and (p.r, p.s) != flt:
+        out.append(f"filter {p.r}x{p.s}: this depthwise_direct instance is compiled for {flt[0]}x{flt[1]}")
+    for what, key, have in (("stride", "conv_stride", p.stride[1:]), ("dilation", "conv_dilation", p.dilation[1:])):
+        fixed = tuple(cfg.get(key) or ())
+        if fixed and fixed != (0, 0) and tuple(have) != fixed:
+            out.append(f"{what} {list(have)}: this depthwise_direct instance is compiled for {what} "
+                       f"{fixed[0]}x{fixed[1]}")
+    al = int(cfg["alignment_a"])
+    if p.c % al:
+        out.append(f"C={p.c} is not a multiple of the alignment {al} (the direct kernel reads and writes {al} "
+                   f"channels at a time)")
+    if p.bias:
+        out.append("the problem has a bias, this instance has no bias epilogue")
+    return out
+
+
+def _depthwise_direct_problems(cfg: Mapping[str, Any], quick: bool) -> list[ConvProblem]:
+    """For a depthwise_direct instance: its filter at its stride and dilation (1 and 2 each where compiled as any),
+    C = K = groups below one CTA's channel block, a whole block and a partial one, H and W no multiples of the output
+    tile, padding 0..3 (asymmetric too), alpha and beta != 0, and one launch spread over 3 CTAs along the output
+    tiles (split_k=3: CTA z walks tiles z, z + 3, ..., the last ones past the end)."""
+    r, s = (list(cfg.get("filter") or [3, 3]) + [3, 3])[:2]
+    al = max(int(cfg["alignment_a"]), 8)
+    ch = int(cfg["tile"][2])
+    fixed_st = tuple(cfg.get("conv_stride") or (1, 1))
+    fixed_dl = tuple(cfg.get("conv_dilation") or (1, 1))
+    steps = [(fixed_st if fixed_st != (0, 0) else st, fixed_dl if fixed_dl != (0, 0) else dl)
+             for st, dl in (((1, 1), (1, 1)), ((2, 2), (1, 1)), ((1, 1), (2, 2)), ((2, 2), (2, 2)))]
+    steps = list(dict.fromkeys(steps))
+
+    def dw(c: int, st: tuple[int, int], dl: tuple[int, int], h: int, w: int, pad_f: tuple[int, int],
+           pad_b: tuple[int, int], **kw: Any) -> ConvProblem:
+        ext_h, ext_w = dl[0] * (r - 1) + 1, dl[1] * (s - 1) + 1
+        return ConvProblem(n=kw.pop("n", 2), h=ext_h + h, w=ext_w + w, c=c, k=c, groups=c, r=r, s=s,
+                           pad_front=(0,) + pad_f, pad_back=(0,) + pad_b, stride=(1,) + st, dilation=(1,) + dl, **kw)
+
+    out = []
+    for i, (st, dl) in enumerate(steps):
+        half = (r // 2, s // 2)
+        out += [
+            dw(2 * ch + al, st, dl, 10, 8, half, half),                                    # 2 blocks + a partial one
+            dw(al, st, dl, 4, 14, (0, 0), (0, 0), n=3, alpha=1.5, beta=0.5),               # under one block, unpadded
+            dw(ch + al, st, dl, 17, 5, (2, 1), (3, 2), n=1, beta=-1.0),                    # asymmetric padding
+        ]
+        if i == 0:
+            out += [dw(ch, st, dl, 9, 9, (3, 3), (3, 3), split_k=3, beta=1.0),            # padding 3, 3 CTAs
+                    dw(al * 3, st, dl, 0, 0, (1, 0), (0, 1), n=5)]                         # the smallest input
+            if not quick:
+                out.append(dw(3 * ch, st, dl, 26, 25, half, half, n=4, beta=0.25))
+    return out
 
 
 def gemm_1x1_reasons(p: ConvProblem) -> list[str]:
@@ -415,6 +480,8 @@ def default_problems(cfg: Mapping[str, Any], quick: bool = False) -> list[tuple[
         base = _gemm_1x1_problems(cfg, quick)
     if cfg.get("group_mode", "none") != "none":
         base = _grouped_problems(cfg)
+    if cfg.get("kernel", "implicit") == "depthwise_direct":
+        base = _depthwise_direct_problems(cfg, quick)
     if cfg.get("split_k") == "serial":
         base = [replace(p, split_k=3) for p in base]
     elif cfg.get("split_k") == "parallel":   # sm90a: 3 slices (split-K mode) and 1 (the stream-K heuristic) in turn

@@ -135,12 +135,23 @@ def planted_bugs(cfg: ConvConfig) -> tuple[str, ...]:
     a grouped instance also gets the wrong group offset."""
     if cfg.kernel == "gemm_1x1":
         return ("row_short",)
+    if cfg.kernel == "depthwise_direct":   # depthwise problems only; a compiled stride refuses the stride-1 launch
+        runtime_stride = tuple(cfg.conv_stride) == (0, 0)
+        return tuple(b for b in PLANTED if b != "stride_ignored" or runtime_stride) + GROUP_PLANTED
     return PLANTED + GROUP_PLANTED if cfg.group_mode != "none" else PLANTED
 
 
 def planted_problem(cfg: ConvConfig) -> ConvProblem:
     """A problem every planted bug changes visibly: 3x3, stride 2, padding 1, odd sizes (1x1 for gemm_1x1; four
     groups for a grouped instance, K/groups its tile n (single) or half of it (multiple))."""
+    if cfg.kernel == "depthwise_direct":   # its filter, stride and dilation; channels: a CTA's block and a part
+        r, s = cfg.filter or (3, 3)
+        st = cfg.conv_stride if cfg.conv_stride and tuple(cfg.conv_stride) != (0, 0) else (2, 2)
+        dl = cfg.conv_dilation if cfg.conv_dilation and tuple(cfg.conv_dilation) != (0, 0) else (1, 1)
+        c = cfg.tile[2] + max(cfg.alignment_a, 8)
+        return ConvProblem(n=2, h=15 + dl[0] * (r - 1), w=13 + dl[1] * (s - 1), c=c, k=c, groups=c, r=r, s=s,
+                           pad_front=(0, r // 2, s // 2), pad_back=(0, r // 2, s // 2), stride=(1,) + tuple(st),
+                           dilation=(1,) + tuple(dl))
     if cfg.group_mode != "none":
         cg = 3 * max(cfg.alignment_a, cfg.alignment_b)
         kg = cfg.tile[1] if cfg.group_mode == "single" else cfg.tile[1] // 2

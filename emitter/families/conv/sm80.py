@@ -7,9 +7,10 @@ of these templates (and their can_implement's static part) before nvcc.
 from __future__ import annotations
 
 from emitter.dtypes import DType
+from emitter.families.conv import sm80_depthwise
 from emitter.families.conv.common import GEMM_TEXT, epilogue_text, reject, tensor_text
 from emitter.families.conv.model import (
-    AUTO, Activation, Arch, ConvGroupMode, ConvInstance, ConvOp, IteratorAlgorithm, Rejection, Shape3, SplitK, StrideSupport,
+    AUTO, Activation, Arch, ConvGroupMode, ConvInstance, ConvKernelKind, ConvOp, IteratorAlgorithm, Rejection, Shape3, SplitK, StrideSupport,
 )
 
 ARCHES = (Arch.sm80, Arch.sm86, Arch.sm89)
@@ -55,6 +56,9 @@ def resolve(inst: ConvInstance) -> ConvInstance | Rejection:
     if inst.arch not in ARCHES:
         return reject(inst, "arch", f"the CUTLASS 2.x conv module builds {', '.join(a.yaml for a in ARCHES)}, "
                                     f"not {inst.arch} (sm75 has no cp.async multistage conv here)")
+    direct = inst.kernel is ConvKernelKind.depthwise_direct
+    if direct and inst.schedule.value == "auto" and inst.scheduler.value == "auto" and not inst.swap_ab:
+        return sm80_depthwise.resolve_direct(inst, SMEM_LIMIT[inst.arch])
     if (inst.kernel.value != "implicit" or inst.schedule.value != "auto" or inst.scheduler.value != "auto"
             or inst.swap_ab):
         return reject(inst, "gemm-1x1-sm90a-only", f"kernel {inst.kernel} / schedule {inst.schedule} / scheduler "
@@ -239,6 +243,11 @@ def _swizzle_cpp(inst: ConvInstance) -> str:
 
 def template_context(inst: ConvInstance) -> dict:
     """Everything the sm80 conv templates print, as C++ spellings derived from enums and integers."""
+    base = _template_context(inst)
+    return sm80_depthwise.template_context(inst, base) if base["depthwise_direct"] else base
+
+
+def _template_context(inst: ConvInstance) -> dict:
     a_t, b_t = inst.op.operands
     out = inst.op.output
     ep = inst.epilogue
@@ -254,7 +263,7 @@ def template_context(inst: ConvInstance) -> dict:
     grouped = inst.group_mode is not ConvGroupMode.none
     default = "DefaultConv2dGroupFprop" if grouped else _DEFAULT[(inst.op, inst.dims)]
     t, w = inst.tile, inst.warp
-    wc = (t.m // w.m, t.n // w.n, t.k // w.k)
+    wc = (max(t.m // w.m, 1), max(t.n // w.n, 1), max(t.k // w.k, 1))
     align = {a_t: inst.alignment_a, b_t: inst.alignment_b, out: inst.alignment_c}
     return {
         "arch": inst.arch.yaml,
@@ -310,4 +319,5 @@ def template_context(inst: ConvInstance) -> dict:
         "output_ptr": out,
         "ptr_a": a_t,
         "ptr_b": b_t,
+        "depthwise_direct": inst.kernel is ConvKernelKind.depthwise_direct,
     }

@@ -25,6 +25,9 @@ naming the file, line, key path, value, allowed values and a fix.
     swap_ab: false | true                            (gemm_1x1 wgrad only: dw^T = x^T . dy, M = C, N = K: a K = 64
                                                       layer fills a 128x64 tile instead of half a 128x128 one)
     group_mode: none | single | multiple             (sm80 2D fprop: grouped convolution, groups > 1 at run time)
+    kernel: depthwise_direct                         (sm80 2D fprop, groups = C = K: CUTLASS's depthwise direct conv;
+                                                      tile: PxQxchannels, the output tile of a CTA)
+    filter: 3x3 | 3        stride: 1 | 2x2 | any     dilation: 1 | any        (depthwise_direct only: compiled in)
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from emitter.families.conv.model import (
     AUTO, Activation, Arch, ConvEpilogue, ConvGroupMode, ConvInstance, ConvKernelKind, ConvOp, ConvSchedule, ConvTileScheduler,
     IteratorAlgorithm, Layout, Shape3, SplitK, StrideSupport,
 )
-from emitter.spec import notices, points, values
+from emitter.spec import notices, numbers, points, values
 # the value parsers every family shares (emitter/spec/fields.py), under this module's names
 from emitter.spec.fields import Ctx as _Ctx
 from emitter.spec.fields import activation as _activation
@@ -61,9 +64,37 @@ _iterator = values.enum_parser(IteratorAlgorithm, {"opt": "optimized", "few": "f
                                                    "fixedchannels": "fixed_channels"})
 _stride_support = values.enum_parser(StrideSupport, {"stride1": "unity", "unit": "unity", "any": "strided"})
 _kernel = values.enum_parser(ConvKernelKind, {"implicit_gemm": "implicit", "gemm": "gemm_1x1", "gemm1x1": "gemm_1x1",
-                                              "1x1": "gemm_1x1"})
+                                              "1x1": "gemm_1x1", "depthwise": "depthwise_direct",
+                                              "direct": "depthwise_direct", "dwdirect": "depthwise_direct"})
 _schedule = values.enum_parser(ConvSchedule, {"coop": "cooperative", "ping_pong": "pingpong"})
 _scheduler = values.enum_parser(ConvTileScheduler, {"streamk": "stream_k", "stream-k": "stream_k"})
+_HW = numbers.shape("RS", lo=1, hi=32, example="3x3", noun="filter shape",
+                    range_message="filter height and width must be 1..32", range_fix="e.g. filter: 3x3, 5x5 or 7x7")
+_STEP = numbers.shape("HW", lo=1, hi=8, example="2x2", noun="step",
+                      range_message="a compiled stride or dilation must be 1..8 per axis",
+                      range_fix="write 1, 2 or 2x2, or `any` to read it at run time")
+
+
+def _square(ctx: _Ctx, path: KeyPath, v: Any, parse: Callable, lo: int, hi: int) -> tuple[int, int]:
+    """An integer (the same for height and width) or an HxW shape."""
+    if numbers.is_int(v):
+        if not lo <= v <= hi:
+            raise ctx.err(path, f"{v} is out of range", value=v, allowed=f"an integer {lo}..{hi} or HxW",
+                          fix=f"use a value in {lo}..{hi}")
+        return (v, v)
+    return tuple(parse(ctx, path, v))   # type: ignore[return-value]
+
+
+def _filter_hw(ctx: _Ctx, path: KeyPath, v: Any) -> tuple[int, int]:
+    return _square(ctx, path, v, _HW, 1, 32)
+
+
+def _step(ctx: _Ctx, path: KeyPath, v: Any) -> tuple[int, int]:
+    if isinstance(v, str) and v.strip().lower() in ("any", "runtime", "run_time"):
+        return (0, 0)
+    return _square(ctx, path, v, _STEP, 1, 8)
+
+
 _group_mode = values.enum_parser(ConvGroupMode, {"single_group": "single", "multiple_groups": "multiple",
                                                  "multiple_group": "multiple", "ungrouped": "none"})
 
@@ -118,6 +149,9 @@ SPEC_KEYS: dict[str, Callable[[_Ctx, KeyPath, Any], list[Assign]]] = {
     "scheduler": points.leaf("scheduler", _scheduler),
     "swap_ab": points.leaf("swap_ab", values.boolean),
     "group_mode": points.leaf("group_mode", _group_mode),
+    "filter": points.leaf("filter", _filter_hw, single=_is_single_shape),
+    "stride": points.leaf("conv_stride", _step, single=_is_single_shape),
+    "dilation": points.leaf("conv_dilation", _step, single=_is_single_shape),
 }
 META_KEYS = {"family", "name", "description", "exclude"}
 REQUIRED = ("arch", "op", "dtype", "tile")
@@ -177,7 +211,9 @@ def _build(point: Assign) -> ConvInstance:
     three = arch.cutlass_major == 3
     tile: Shape3 = point["tile"]
     warp = point.get("warp")
-    if warp is None and not three:
+    kernel = point.get("kernel", ConvKernelKind.implicit)
+    direct = kernel is ConvKernelKind.depthwise_direct
+    if warp is None and not three and not direct:   # depthwise_direct: its warp is derived from tile and filter
         warp = Shape3(min(64, max(tile.m // 2, 16)), min(64, max(tile.n // 2, 8)), tile.k)
     op: ConvOp = point["op"]
     # dgrad defaults to unit stride: CUTLASS's strided 2.x dgrad is another kernel (sm80: stride_support: strided),
@@ -198,11 +234,14 @@ def _build(point: Assign) -> ConvInstance:
                               clamp_min=point.get("clamp_min", 0.0) if clamped else 0.0,
                               clamp_max=point.get("clamp_max", 6.0) if clamped else 6.0),
         split_k=point.get("split_k", SplitK.none),
-        kernel=point.get("kernel", ConvKernelKind.implicit),
+        kernel=kernel,
         schedule=point.get("schedule", ConvSchedule.auto),
         scheduler=point.get("scheduler", ConvTileScheduler.auto),
         swap_ab=point.get("swap_ab", False),
         group_mode=point.get("group_mode", ConvGroupMode.none),
+        filter=point.get("filter"),
+        conv_stride=point.get("conv_stride", (1, 1) if direct else None),
+        conv_dilation=point.get("conv_dilation", (1, 1) if direct else None),
     )
 
 
