@@ -304,17 +304,162 @@ def test_split_kv_resolves_and_names_itself():
     assert r.rule == "sm90a-split-kv-varlen"
 
 
-@pytest.mark.parametrize("args,pack,splits", [
-    ((1, 32, 8, 1, 131072), 4, 33),      # decode, GQA: 8 tiles of 4 query heads, keys over 33 CTAs each
-    ((1, 32, 8, 16, 32768), 1, 9),       # 16 query rows: not packed
-    ((64, 32, 8, 1, 4096), 4, 1),        # 512 CTAs already: no split, no workspace
-    ((2, 8, 2, 4097, 4097), 1, 1),       # prefill
-    ((1, 8, 8, 1, 1000), 1, 2),          # 8 key tiles: two shares of 4 (not 33 for the SMs)
+@pytest.mark.parametrize("args,pack,rows,splits", [
+    ((1, 32, 8, 1, 131072), 4, 4, 33),      # decode, GQA: 8 tiles of 4 query heads, keys over 33 CTAs each
+    ((1, 32, 8, 16, 32768), 4, 64, 33),     # 16 positions x 4 query heads of a KV head: one tile a KV head
+    ((1, 32, 4, 16, 30000), 8, 128, 58),    # group 8 x 16 positions: a full tile
+    ((2, 40, 8, 5, 1000), 8, 40, 2),        # group 5 padded to 8 rows a position (3 of 8 rows not stored)
+    ((4, 64, 8, 3, 5000), 8, 24, 9),
+    ((1, 64, 4, 9, 1000), 1, 9, 2),         # group 16 x 9 positions = 144 rows: over one tile, not packed
+    ((1, 8, 8, 5, 1000), 1, 5, 2),          # no group: not packed
+    ((64, 32, 8, 1, 4096), 4, 4, 1),        # 512 CTAs already: no split, no workspace
+    ((2, 8, 2, 4097, 4097), 1, 4097, 1),    # prefill
+    ((1, 8, 8, 1, 1000), 1, 1, 2),          # 8 key tiles: two shares of 4 (not 33 for the SMs)
 ])
-def test_split_plan(args, pack, splits):
+def test_split_plan(args, pack, rows, splits):
     plan = sm90a.split_plan(sm90a.resolve(split_inst()), *args)
-    assert (plan.pack, plan.splits) == (pack, splits)
+    assert (plan.pack, plan.rows, plan.splits) == (pack, rows, splits)
     assert (plan.workspace_bytes > 0) == (splits > 1)
+    assert plan.nested == (pack > 1 and args[3] > 1)
+
+
+def test_split_plan_packs_no_positions_at_d32():
+    """The nested Q box is 64 columns of 128-byte swizzled rows: d32 keeps one query head a tile for seq_q > 1
+    (one query row still packs: upstream's own Q load with the query-head stride)."""
+    inst = sm90a.resolve(split_inst(head_dim=32, head_dim_v=32, tile_kv=64))
+    assert sm90a.split_plan(inst, 1, 32, 8, 4, 4096).pack == 1
+    assert sm90a.split_plan(inst, 1, 32, 8, 1, 4096).pack == 4
+
+
+def _packed_split_model(q, k, v, *, layout, plan, tile_q, tile_kv, mask, scale, plant=None):
+    """What the split_kv kernel computes for packed heads, step by step, in float64: per (batch, KV head) the
+    Q tile is gathered box by box from the flat buffer through the shim's nested view (sm90a.nested_q_view:
+    warp group w's 64 rows are the (pack, 64 / pack) box at position w * 64 / pack, dense in box order), every
+    row masked at its position row // pack, the key tiles split into plan.splits shares (the mask level's trip
+    count over the kernel's rows), each share's O and LSE combined as the epilogue does, and the rows stored
+    through sm90a.packed_rows. plant: "wrong_head" stores row (s, g) as head g + 1; "row_as_position" masks
+    at the row instead of the position."""
+    if layout == "bshd":
+        b_, sq, hq, d = q.shape
+        sk, hkv = k.shape[1], k.shape[2]
+        stride_q = (sq * hq * d, hq * d, d)
+    else:
+        b_, hq, sq, d = q.shape
+        sk, hkv = k.shape[2], k.shape[1]
+        stride_q = (hq * sq * d, d, sq * d)
+    kk = k if layout == "bshd" else k.transpose(0, 2, 1, 3)          # [B, S, H, D] from here on
+    vv = v if layout == "bshd" else v.transpose(0, 2, 1, 3)
+    flat = np.ascontiguousarray(q).ravel()
+    dims, strides, box = sm90a.nested_q_view(plan, stride_q, b_, hkv, sq, d)
+    assert dims == (d, plan.group, sq, b_, hkv) and box[1] * box[2] == tile_q // 2
+    group, pack, rows = plan.group, plan.pack, plan.rows
+    o = np.full((b_, sq, hq, d), np.nan)
+    lse = np.full((b_, hq, sq), np.nan)
+    tiles_k = -(-sk // tile_kv)
+    diag_rows = sk - rows if mask == "causal_bottom_right" else 0
+    total = tiles_k if mask == "none" else max(1, min(tiles_k, -(-(min(tile_q, rows) + diag_rows) // tile_kv)))
+    per = -(-total // plan.splits)
+    diag = sk - sq if mask == "causal_bottom_right" else 0
+    keys = np.arange(sk)
+    for b in range(b_):
+        for kv in range(hkv):
+            tile = np.zeros((tile_q, d))
+            for w in range(2):                                        # one box per warp group (all columns)
+                s0 = w * box[2]
+                for sp in range(box[2]):
+                    for g in range(box[1]):
+                        s = s0 + sp
+                        if g < group and s < sq:
+                            at = g * strides[1] + s * strides[2] + b * strides[3] + kv * strides[4]
+                            tile[w * 64 + sp * pack + g] = flat[at:at + d]
+            scores = tile[:rows] @ kk[b, :, kv].T * scale              # [rows, sk]
+            position = np.arange(rows) if plant == "row_as_position" else np.arange(rows) // pack
+            visible = np.ones((rows, sk), bool) if mask == "none" else keys[None, :] <= position[:, None] + diag
+            shares = []
+            for j in range(plan.splits):
+                lo, hi = j * per * tile_kv, min((j + 1) * per, total) * tile_kv
+                sel = visible & (keys[None, :] >= lo) & (keys[None, :] < hi)
+                m = np.where(sel, scores, -np.inf).max(axis=1)
+                e = np.where(sel, np.exp(scores - np.where(np.isfinite(m), m, 0)[:, None]), 0.0)
+                tot = e.sum(axis=1)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    shares.append((np.where(tot[:, None] > 0, e @ vv[b, :, kv] / tot[:, None], 0.0),
+                                   np.where(tot > 0, m + np.log(tot), -np.inf)))
+            top = np.max([ls for _, ls in shares], axis=0)
+            wsum = sum(np.exp(ls - np.where(np.isfinite(top), top, 0)) for _, ls in shares)
+            osum = sum(np.exp(ls - np.where(np.isfinite(top), top, 0))[:, None] * os for os, ls in shares)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                out = np.where(np.isfinite(top)[:, None], osum / wsum[:, None], 0.0)
+                out_lse = np.where(np.isfinite(top), top + np.log(wsum), -np.inf)
+            for r, s, g in sm90a.packed_rows(plan, sq):
+                h = kv * group + ((g + 1) % group if plant == "wrong_head" else g)
+                o[b, s, h] = out[r]
+                lse[b, h, s] = out_lse[r]
+    return o, lse
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+@pytest.mark.parametrize("mask", ["none", "causal_bottom_right", "causal_top_left"])
+def test_packed_positions_model_matches_the_reference(layout, mask):
+    """seq_q 2..16 with grouped heads packed (group 2..8, padded groups 3 and 5 included), keys split over
+    shares: every query head's O and LSE from the packed tile equal the float64 reference, in both layouts."""
+    rng = np.random.default_rng(39)
+    inst = sm90a.resolve(split_inst(head_dim=64, head_dim_v=64, tile_kv=64))
+    checked = 0
+    for sq, group, sk in ((2, 4, 1300), (3, 8, 77), (5, 3, 1000), (8, 8, 777), (16, 4, 700), (16, 8, 1), (7, 5, 640),
+                          (12, 2, 3)):
+        hkv, b = 2, 2
+        hq = hkv * group
+        plan = sm90a.split_plan(inst, b, hq, hkv, sq, sk)
+        assert plan.nested and plan.rows == sq * plan.pack <= 128, plan
+        bshd = layout == "bshd"
+        shape_q, shape_k = ((b, sq, hq, 64), (b, sk, hkv, 64)) if bshd else ((b, hq, sq, 64), (b, hkv, sk, 64))
+        q, k, v = rng.standard_normal(shape_q), rng.standard_normal(shape_k), rng.standard_normal(shape_k)
+        o, lse = _packed_split_model(q, k, v, layout=layout, plan=plan, tile_q=128, tile_kv=64, mask=mask,
+                                     scale=0.125)
+        for bi in range(b):
+            per_head = (lambda t: t[bi].transpose(1, 0, 2)) if bshd else (lambda t: t[bi])
+            want_o, want_lse = reference_sequence(per_head(q), per_head(k), per_head(v), 0.125, mask)
+            np.testing.assert_allclose(o[bi].transpose(1, 0, 2), want_o, rtol=1e-9, atol=1e-9)
+            np.testing.assert_allclose(lse[bi], want_lse, rtol=1e-9, atol=1e-9)
+        checked += plan.splits > 1
+    assert checked >= 4                                       # most cases really split the keys
+
+
+@pytest.mark.parametrize("plant,mask", [("wrong_head", "none"), ("row_as_position", "causal_bottom_right")])
+def test_packed_positions_model_catches_a_misplaced_row(plant, mask):
+    """The model can fail: a packed row stored as the next query head of its group, or masked at its row
+    instead of its position, differs from the reference."""
+    rng = np.random.default_rng(7)
+    inst = sm90a.resolve(split_inst(head_dim=64, head_dim_v=64, tile_kv=64))
+    sq, group, sk, hkv = 4, 4, 300, 1
+    plan = sm90a.split_plan(inst, 1, group * hkv, hkv, sq, sk)
+    q, k, v = (rng.standard_normal((1, sq, group, 64)), rng.standard_normal((1, sk, hkv, 64)),
+               rng.standard_normal((1, sk, hkv, 64)))
+    o, lse = _packed_split_model(q, k, v, layout="bshd", plan=plan, tile_q=128, tile_kv=64, mask=mask, scale=0.125,
+                                 plant=plant)
+    want_o, want_lse = reference_sequence(q[0].transpose(1, 0, 2), k[0].transpose(1, 0, 2), v[0].transpose(1, 0, 2),
+                                          0.125, mask)
+    assert not np.allclose(o[0].transpose(1, 0, 2), want_o, atol=1e-6)
+
+
+def test_packed_rows_cover_each_position_and_head_once():
+    """Every (position, query head of the group) is one stored row, for seq_q 1..16 and groups 1..16, packed
+    or not; rows stay inside one tile; the mask's position of a row is row // pack; a warp group's 64 rows are
+    one whole (pack, 64 / pack) box."""
+    inst = sm90a.resolve(split_inst())
+    for sq in range(1, 17):
+        for group in range(1, 17):
+            plan = sm90a.split_plan(inst, 1, 2 * group, 2, sq, 4096)
+            got = sm90a.packed_rows(plan, sq)
+            want_group = group if plan.pack > 1 else 1
+            assert sorted((s, g) for _, s, g in got) == [(s, g) for s in range(sq) for g in range(want_group)]
+            assert all(r < (plan.rows if plan.pack > 1 else sq) and r // plan.pack == s for r, s, g in got)
+            if plan.nested:
+                assert plan.pack >= group and plan.pack & (plan.pack - 1) == 0 and 64 % plan.pack == 0
+                assert plan.rows == sq * plan.pack <= 128
+            elif group > 1:
+                assert sq == 1 or sq * (1 << (group - 1).bit_length()) > 128, (sq, group)
 
 
 def _render(inst, name="anylen_split"):
@@ -384,7 +529,8 @@ def test_split_kv_instance_builds_and_plans_like_python(tmp_path):
     reason.restype = ctypes.c_char_p
     inst = AttentionInstance.from_config(entry["config"])
     for b, hq, hkv, sq, sk in ((1, 32, 8, 1, 131072), (1, 32, 8, 16, 32768), (8, 32, 8, 1, 8192), (2, 8, 2, 4097, 4097),
-                               (3, 8, 2, 1, 77), (1, 8, 1, 1, 1), (4, 64, 8, 3, 5000)):
+                               (3, 8, 2, 1, 77), (1, 8, 1, 1, 1), (4, 64, 8, 3, 5000), (1, 32, 4, 16, 30000),
+                               (2, 40, 8, 5, 1000), (1, 64, 4, 9, 1000), (2, 8, 8, 5, 1000)):
         p = EmitterAttentionProblem(batch=b, heads_q=hq, heads_kv=hkv, seq_q=sq, seq_k=sk, head_dim=128, head_dim_v=128)
         status, launch = shim.query(p)
         assert status == 0, reason()

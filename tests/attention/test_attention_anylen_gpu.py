@@ -297,6 +297,39 @@ def test_decode_split_kv(kernels):
     print(f"\ndecode: {len(results)} cases passed, {split_cases} of them split over CTAs")
 
 
+PACKED_SEQ_Q = (2, 3, 5, 8, 16)
+PACKED_GROUPS = (1, 4, 8)
+PACKED_SEQ_K = (1, 77, 1000, 4097, 30000)
+PADDED_GROUPS = ((3, 5, 1000), (16, 5, 4097), (7, 3, 77), (9, 6, 30000))   # (seq_q, group, seq_k): pack 8, 4, 8
+
+
+def test_decode_packed_positions(kernels):
+    """seq_q 2..16 (speculative / chunked decode) with the query heads of a KV head packed into one tile: rows
+    (position, head) of groups 4 and 8 through the nested Q descriptor, group 1 one query head a tile, against
+    1..30000 keys, and groups 3, 5, 6 (padded to a power of two: rows of no head zero-filled, never stored);
+    O and LSE of every row against the float64 reference (gapped rows checked one by one). The grouped cases
+    must be packed (sm90a.split_plan, the shim's twin) and most cases must split the keys."""
+    grid = [(sq, g, sk) for sq in PACKED_SEQ_Q for g in PACKED_GROUPS for sk in PACKED_SEQ_K] + list(PADDED_GROUPS)
+    results, packed, split_cases = [], 0, 0
+    for name, (cfg, kern) in _split_kernels(kernels).items():
+        for i, (sq, group, sk) in enumerate(grid):
+            if group > 1 and not cfg["gqa"]:
+                continue                          # grouped heads need a gqa: true instance
+            hkv = 2
+            b = 1 if sk > 8192 else 2
+            plan = _plan(cfg, b, hkv * group, hkv, sq, sk)
+            assert plan.nested == (group > 1), (name, sq, group, plan)
+            packed += plan.nested
+            split_cases += plan.splits > 1
+            v = _case(cfg, kern, sq, sk, b=b, hq=hkv * group, hkv=hkv, seed=i, scale=0.3 if i % 4 == 0 else 0.0)
+            results.append((f"{name} group={group}", sq, sk, v))
+    bad = _failures(results)
+    assert not bad, f"{len(bad)} of {len(results)} packed decode cases failed:\n" + "\n".join(bad[:30])
+    assert split_cases >= len(results) // 2, (split_cases, len(results))
+    print(f"\npacked decode: {len(results)} cases passed on {len(_split_kernels(kernels))} kernels, {packed} packed, "
+          f"{split_cases} split over CTAs")
+
+
 @pytest.fixture(scope="module")
 def compiled_plants(kernels, tmp_path_factory):
     """torch_run.COMPILED_PLANTS built into copies of the instances they apply to (renamed <name>_bug_<kind>),
@@ -330,8 +363,9 @@ def compiled_plants(kernels, tmp_path_factory):
 
 
 def test_compiled_plants_caught_for_their_reason(compiled_plants):
-    """Each level's predicate off by one (LSE row, O descriptor extent, key tail) and a split-KV combine that
-    drops a share, built into a real kernel, FAILS the row check for that reason."""
+    """Each level's predicate off by one (LSE row, O descriptor extent, key tail), a split-KV combine that
+    drops a share and packed rows stored as the wrong query head, built into a real kernel, FAIL the row check
+    for that reason."""
     from emitter.families.attention.torch_run import expected_reason
 
     lines = []
@@ -339,6 +373,9 @@ def test_compiled_plants_caught_for_their_reason(compiled_plants):
         if kind == "split_drops_share":
             b, hq, hkv, sq, sk = 1, 8, 2, 1, 4097
             assert _plan(cfg, b, hq, hkv, sq, sk).splits > 1
+        elif kind == "packed_wrong_head":
+            b, hq, hkv, sq, sk = 1, 8, 2, 5, 1000
+            assert _plan(cfg, b, hq, hkv, sq, sk).nested
         else:
             b, sq, sk = 2, 77, 45
             hq, hkv = _heads(cfg)

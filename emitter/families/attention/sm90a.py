@@ -198,31 +198,76 @@ SPLIT_MAX = 64
 
 @dataclass(frozen=True)
 class SplitPlan:
-    pack: int                   # > 1: the query heads of a KV head packed into the rows of one tile
+    pack: int                   # > 1: the query heads of a KV head packed into the rows of one tile, `pack` rows
+                                # a query position (row r: position r // pack, query head kv * group + r % pack)
     splits: int                 # CTAs sharing a query block's keys
     workspace_bytes: int
+    rows: int = 0               # the tile rows of one (batch, head) in the kernel's view (packed: seq_q * pack)
+    group: int = 1              # query heads a KV head has (rows with r % pack >= group are padding)
+
+    @property
+    def nested(self) -> bool:
+        """seq_q > 1 packed: rows (position, head in group) are a 2-level mode, loaded by the shim's own 5-d
+        Q descriptor (D, group, seq_q, batch, heads_kv) with a (64, pack, 64 / pack) box per warp group."""
+        return self.pack > 1 and self.rows > self.pack
+
+
+def pack_of(inst: AttentionInstance, heads_q: int, heads_kv: int, seq_q: int) -> tuple[int, int]:
+    """(pack, rows) of a split_kv instance's shim (device.cu.j2 split_shape). One query row: the group's query
+    heads are the rows (pack = group, the query-head stride their row stride). 2..16 rows with grouped heads:
+    rows (position s, head g) at r = s * pack + g with pack the group rounded up to a power of two, so that a
+    warp group's 64 rows are a whole (pack, 64 / pack) box of the 5-d Q descriptor (g >= group: zero-filled,
+    never stored); only where seq_q * pack fits one tile and the head dim fills 128-byte swizzled rows (the
+    box is 64 columns; d32 stays unpacked). Else one query head a tile (pack = 1)."""
+    group = heads_q // heads_kv
+    if seq_q == 1 and 1 < group <= inst.tile_q:
+        return group, group
+    if seq_q > 1 and group > 1 and inst.head_dim % 64 == 0:
+        pack = 1 << (group - 1).bit_length()
+        if seq_q * pack <= inst.tile_q:
+            return pack, seq_q * pack
+    return 1, seq_q
+
+
+def packed_rows(plan: SplitPlan, seq_q: int) -> list[tuple[int, int, int]]:
+    """The kernel's row -> (position, head in group) map (the Q box, the mask's position row // pack, the O /
+    LSE stores and the combine): (row, s, g) for every row that is stored, in row order."""
+    if plan.pack == 1:
+        return [(r, r, 0) for r in range(seq_q)]
+    return [(r, r // plan.pack, r % plan.pack) for r in range(plan.rows) if r % plan.pack < plan.group]
+
+
+def nested_q_view(plan: SplitPlan, stride_q: tuple[int, int, int], batch: int, heads_kv: int, seq_q: int,
+                  head_dim: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """The shim's 5-d view of Q for nested packing (device.cu.j2 encode_nested_q): dims (D, group, seq_q, batch,
+    heads_kv), strides in elements from Q's (batch, seq, head) strides, the box one warp group's 64 rows of
+    64 columns. Element (c, g, s, b, kv) is Q[b, s, kv * group + g, c] in either layout."""
+    sb, ss, sh = stride_q
+    return ((head_dim, plan.group, seq_q, batch, heads_kv), (1, sh, ss, sb, sh * plan.group),
+            (64, plan.pack, TILE_Q // MMA_WARP_GROUPS // plan.pack, 1, 1))
 
 
 def split_plan(inst: AttentionInstance, batch: int, heads_q: int, heads_kv: int, seq_q: int, seq_k: int) -> SplitPlan:
     """What a split_kv instance's shim does with a problem (templates/attention/sm90a/device.cu.j2, split_shape,
-    split_count, split_layout; tests/attention/test_attention_anylen.py compares them): one query row with grouped heads
-    packs the group into one tile's rows; the shares are enough for SPLIT_TARGET_CTAS CTAs, at least
-    SPLIT_MIN_TILES key tiles each, at most SPLIT_MAX; the workspace holds a counter per (batch, head, 16 rows)
-    and per share the LSE and the normalized O (f32) of every row."""
+    split_count, split_layout; tests/attention/test_attention_anylen.py compares them): grouped heads pack the
+    query heads of a KV head into one tile's rows (pack_of); the shares are enough for SPLIT_TARGET_CTAS CTAs,
+    at least SPLIT_MIN_TILES key tiles each, at most SPLIT_MAX; the workspace holds a counter per (batch, head,
+    16 rows) and per share the LSE and the normalized O (f32) of every row."""
     group = heads_q // heads_kv
-    pack = group if seq_q == 1 and 1 < group <= inst.tile_q else 1
-    heads, rows_q = (heads_kv, group) if pack > 1 else (heads_q, seq_q)
+    pack, rows_q = pack_of(inst, heads_q, heads_kv, seq_q)
+    heads = heads_kv if pack > 1 else heads_q
+    group = group if pack > 1 else 1
     ctas = -(-rows_q // inst.tile_q) * batch * heads
     tiles = -(-seq_k // inst.tile_kv)
     splits = max(1, min(-(-SPLIT_TARGET_CTAS // ctas), max(1, tiles // SPLIT_MIN_TILES), SPLIT_MAX))
     if splits == 1:
-        return SplitPlan(pack, 1, 0)
+        return SplitPlan(pack, 1, 0, rows_q, group)
     pairs = batch * heads
     halves = 2 * -(-rows_q // inst.tile_q)
     rows = pairs * splits * rows_q
     lse = _round_up(pairs * halves * 4 * 4, 256)          # a counter per 16 rows (a consumer warp's)
     o = lse + _round_up(rows * 4, 256)
-    return SplitPlan(pack, splits, o + rows * inst.head_dim * 4)
+    return SplitPlan(pack, splits, o + rows * inst.head_dim * 4, rows_q, group)
 
 
 def _mask_text(inst: AttentionInstance) -> str:
@@ -276,5 +321,5 @@ def template_context(inst: AttentionInstance) -> dict[str, Any]:
     }
 
 
-__all__ = ["resolve", "template_context", "smem_bytes", "split_plan", "SplitPlan", "SMEM_CAPACITY", "HEAD_DIMS",
-           "TILES_KV", "TILE_Q"]
+__all__ = ["resolve", "template_context", "smem_bytes", "split_plan", "SplitPlan", "pack_of", "packed_rows",
+           "nested_q_view", "SMEM_CAPACITY", "HEAD_DIMS", "TILES_KV", "TILE_Q"]

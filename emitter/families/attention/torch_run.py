@@ -355,6 +355,10 @@ COMPILED_PLANTS = (
     ("split_drops_share", lambda c: c["schedule"] == "split_kv" and c["lse"],
      [("          for (int s = 0; s < splits; ++s) {\n            const float w",
        "          for (int s = 1; s < splits; ++s) {\n            const float w")]),
+    # packed heads: each row's O stored as the next query head of its group (a permutation of the group's heads:
+    # every row written, LSE right, O wrong)
+    ("packed_wrong_head", lambda c: c["schedule"] == "split_kv",
+     [("int64_t(r % pack) * params.stride_o_group;", "int64_t((r + 1) % pack) * params.stride_o_group;")]),
 )
 
 
@@ -363,11 +367,15 @@ def expected_reason(plant: str, verdict: dict[str, Any], *, rows: int, lse: bool
     row seq_q of each of the `rows` (batch, head) pairs stored; last_row_dropped -> exactly those rows' last
     row missing; key_past_end / key_tail_one_late -> with LSE: LSE too high somewhere and never too low (an
     extra visible key only adds probability mass); without: O off on some rows, every row written and none past
-    the end; split_drops_share -> LSE too low somewhere and never too high (a share's mass missing)."""
+    the end; split_drops_share -> LSE too low somewhere and never too high (a share's mass missing);
+    packed_wrong_head -> O off on some rows, every row written, none past the end, LSE right."""
     if plant in ("rows_past_end", "lse_row_past_end", "o_row_past_end"):
         return verdict["stray_rows"] == rows and verdict["first_stray_row"] is not None
     if plant == "split_drops_share":
         return verdict["lse_low_rows"] > 0 and verdict["lse_high_rows"] == 0 and verdict["stray_rows"] == 0
+    if plant == "packed_wrong_head":
+        return (verdict["o_bad_rows"] > 0 and verdict["unwritten_rows"] == 0 and verdict["stray_rows"] == 0
+                and verdict["lse_low_rows"] == 0 and verdict["lse_high_rows"] == 0)
     if plant == "key_tail_one_late":
         plant = "key_past_end"
     if plant == "last_row_dropped":
