@@ -392,6 +392,8 @@ DECODE_SPEED = [   # (case, batch, heads_q, heads_kv, seq_q, seq_k)
     ("decode GQA 32/8, batch 8 x 8k", 8, 32, 8, 1, 8192),
     ("decode GQA 32/8, batch 32 x 4k", 32, 32, 8, 1, 4096),
     ("speculative 16 rows, GQA 32/8, 32k", 1, 32, 8, 16, 32768),
+    ("speculative 4 rows, GQA 32/8, batch 8 x 8k", 8, 32, 8, 4, 8192),
+    ("speculative 8 rows, GQA 64/8, 128k", 1, 64, 8, 8, 131072),
     ("decode MHA 32, 32k keys", 1, 32, 32, 1, 32768),
 ]
 
