@@ -175,8 +175,32 @@ void probe(const char* what, int S, int D, int B, int H, bool bshd, SLayout sl, 
               (unsigned long long)strides[4]);
 }
 
+// split_kv's packed positions (templates/attention/sm90a/split_kv_mainloop.cu.j2, load_nested_q): TMA writes a
+// (64 columns, pack, 64 / pack) box densely, rows in order, 16-byte chunk (col / 8) XOR (row % 8) of each
+// 128-byte row (SWIZZLE_128B), one box per 64 columns at stage + block * 64 * 64. Count the elements of a
+// 2-stage, 64-row Q layout as the collective builds it (K-major SW128, the static_assert in the mainloop level)
+// that the consumers read from anywhere else.
+template<int D>
+void packed_q(void) {
+  auto stages = tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{}, make_shape(_64{}, Int<D>{}, Int<5>{}), Step<_1, _2, _3>{});
+  alignas(1024) static T buffer[2 * 64 * D];
+  Tensor sQ = make_tensor(make_smem_ptr(buffer), composition(stages, make_tuple(_, _, make_layout(Int<2>{}))));
+  int bad = 0;
+  for (int st = 0; st < 2; ++st)
+    for (int r = 0; r < 64; ++r)
+      for (int c = 0; c < D; ++c) {
+        const int cc = c % 64;
+        const int box = st * 64 * D + (c / 64) * 64 * 64 + r * 64 + ((cc / 8) ^ (r % 8)) * 8 + cc % 8;
+        bad += int(&sQ(r, c, st) - buffer) != box;
+      }
+  std::printf("packedq D=%d elements %d misplaced %d\n", D, 2 * 64 * D, bad);
+}
+
 int main() {
   using namespace cute::GMMA;
+  packed_q<64>();
+  packed_q<128>();
+  packed_q<256>();
   // Q / K tiles (64 or 128 rows x head dim, K-major, the collective's swizzle atoms) and the epilogue's
   // 64 x 32 D tile
   auto d32 = tile_to_shape(Layout_K_SW64_Atom<T>{}, make_shape(_64{}, _32{}));
@@ -200,7 +224,8 @@ int main() {
 def test_fixed_length_tma_descriptors_bound_the_sequence_exactly(tmp_path):
     """Every descriptor: dims (head dim, seq, batch, head) with the seq extent exactly S and strides in bytes
     the tensor's own -- so a box reaching past row S is clipped at S (zero-filled loads, dropped stores), never
-    continued into the next sequence or head (which a seq mode merged with the batch mode would do)."""
+    continued into the next sequence or head (which a seq mode merged with the batch mode would do). And the
+    split_kv packed-positions Q boxes land where the consumers read upstream's Q stage, d64 / d128 / d256."""
     from emitter.build.nvcc import find_nvcc
     from emitter.cutlass_path import find_cutlass
 
@@ -213,6 +238,9 @@ def test_fixed_length_tma_descriptors_bound_the_sequence_exactly(tmp_path):
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-4000:]
     out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60).stdout.splitlines()
+    packed = [line for line in out if line.startswith("packedq ")]
+    assert packed == [f"packedq D={d} elements {128 * d} misplaced 0" for d in (64, 128, 256)], packed
+    out = [line for line in out if not line.startswith("packedq ")]
     assert len(out) == 5 * 2 * 2 * 3
     for line in out:
         m = re.match(r"\S+ S=(\d+) D=(\d+) B=(\d+) H=(\d+) (\w+) dims (.*) strides (.*)$", line)
