@@ -748,34 +748,6 @@ def test_depthwise_dgrad_route_is_a_rotated_filter_fprop(mod):
     assert up(torch.zeros(2, 6, 6, 5, dtype=torch.float64), w.shape, (2, 6, 11), 2, 1, 1) is None
 
 
-def test_conv_select_reports_the_depthwise_dgrad_route(tmod, monkeypatch):
-    """conv_select says what conv2d_input_grad runs for a depthwise problem: the fprop of dy, zero-inserted at stride
-    > 1 (planned on a tensor of that shape, nothing filled), with the rotated filter and padding dilation * (R - 1) -
-    padding."""
-    import torch
-
-    m, _ = tmod
-    real, seen = m.conv_select, []
-
-    def spy(op, x, w, y, **kw):
-        if op == "fprop":
-            seen.append((tuple(x.shape), x.is_contiguous(memory_format=torch.channels_last), tuple(w.shape), kw))
-            return {"kernel": "k", "index": 0, "reason": "tuned", "tried": 0, "workspace_bytes": 0}
-        return real(op, x, w, y, **kw)
-
-    monkeypatch.setattr(m, "conv_select", spy)
-    cl = torch.channels_last
-    w = torch.zeros(8, 1, 3, 3).to(memory_format=cl)
-    sel = real("dgrad", None, w, torch.zeros(2, 8, 5, 6).to(memory_format=cl), stride=2, padding=1, groups=8,
-               shape=(2, 8, 10, 11))
-    assert sel["kernel"] == "k" and sel["reason"] == "depthwise dgrad as the fprop of dy (rotated filter): tuned"
-    # H 10: (10 + 2 - 2 - 1) = 9 -> P 5, one row left over; W 11: 10 -> Q 6, none
-    assert seen[0][:3] == ((2, 8, 10, 11), True, (8, 1, 3, 3))
-    assert seen[0][3]["padding"] == [1, 1] and seen[0][3]["groups"] == 8
-    real("dgrad", None, w, torch.zeros(2, 8, 10, 11).to(memory_format=cl), padding=1, groups=8, shape=(2, 8, 10, 11))
-    assert seen[1][0] == (2, 8, 10, 11) and len(seen) == 2
-
-
 def test_conv2d_forward_and_backward_under_torch_compile(tmod, monkeypatch):
     import torch
 
