@@ -6,11 +6,13 @@ On the GPU machine, from the repository root (about 2 minutes to build on 16 cor
 
     python3 benchmarks/conv_grouped_bench.py --out $OUT/grouped -j 16 [--doc docs/conv_grouped_performance.md]
 
-1. emit configs/conv/grouped.yaml (CUTLASS 2.x's grouped fprop, `single` and `multiple` group modes, and the
-   ungrouped kernels the library runs a group at a time) and export it as a library (`emitter library`, CMake);
-   --library DIR reuses a built tree;
+1. emit configs/conv/grouped.yaml (CUTLASS 2.x's grouped fprop, `single` and `multiple` group modes, the ungrouped
+   sm80 and sm90a kernels the library runs a group at a time or on the block-diagonal weight, sm90a's split-K wgrad)
+   and configs/conv/depthwise.yaml (the depthwise direct kernels) and export them as one library (`emitter library`,
+   CMake: sm80 kernels for sm_80, sm90a ones for sm_90a on a Hopper GPU); --library DIR reuses a built tree;
 2. per layer and op: the library's torch call (conv2d / conv2d_input_grad / conv2d_weight_grad with groups=, the
-   route and kernel conv_select reports) and cuDNN (torch.backends.cudnn.benchmark = True; F.conv2d, and
+   route conv_select reports -- grouped kernel, a launch a group, block-diagonal dense, depthwise fprop of dy -- and
+   its kernel) and cuDNN (torch.backends.cudnn.benchmark = True; F.conv2d, and
    aten.convolution_backward on the real tensors for dgrad / wgrad: emitter/families/conv/baseline.py) on the same
    input sets, rotated past the L2, the same warm-up, batches of back-to-back calls between CUDA events in
    alternation, medians (benchmarks/conv_bench.py's Timer); the library's output checked against cuDNN's;
@@ -39,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 SPEC = ROOT / "configs" / "conv" / "grouped.yaml"
+SPECS = [SPEC, ROOT / "configs" / "conv" / "depthwise.yaml"]
 NAME = "convgrouped"
 OPS = ("fprop", "dgrad", "wgrad")
 TOLERANCE = 1e-2      # relative max error of the library's output against cuDNN's (f16)
@@ -66,13 +69,14 @@ def flops(layer) -> int:
     return 2 * n * k * p * q * (c // g) * r * r
 
 
-def build(out: Path, jobs: int) -> Path:
+def build(out: Path, jobs: int, archs: str) -> Path:
     """emit + export + CMake; the tree holding lib<NAME>.so and python/<NAME>.py."""
     py = sys.executable
     gen, tree = out / "gen", out / NAME
-    for cmd in ([py, "-m", "emitter", "emit", str(SPEC), "-o", str(gen), "-q"],
+    specs = [str(p) for p in SPECS if p.exists()]
+    for cmd in ([py, "-m", "emitter", "emit", *specs, "-o", str(gen), "-q"],
                 [py, "-m", "emitter", "library", str(gen), "--name", NAME, "-o", str(tree)],
-                ["cmake", "-S", str(tree), "-B", str(tree / "build"), "-DCMAKE_CUDA_ARCHITECTURES=80",
+                ["cmake", "-S", str(tree), "-B", str(tree / "build"), f"-DCMAKE_CUDA_ARCHITECTURES={archs}",
                  "-DCMAKE_BUILD_TYPE=Release"],
                 ["cmake", "--build", str(tree / "build"), "-j", str(jobs)]):
         r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
@@ -122,6 +126,7 @@ def bench_case(torch, timer, lib, layer, op: str, sets_wanted: int) -> dict[str,
         return torch_conv(torch, op, s["x"], s["w"], s["y"], stride=st, padding=pad, groups=g)
 
     s0 = sets[0]
+    sel: dict[str, Any] = {}
     try:
         args = {"fprop": (s0["x"], s0["w"], None), "dgrad": (None, s0["w"], s0["y"]),
                 "wgrad": (s0["x"], None, s0["y"])}[op]
@@ -130,13 +135,9 @@ def bench_case(torch, timer, lib, layer, op: str, sets_wanted: int) -> dict[str,
         row["kernel"], row["why"] = sel.get("kernel"), sel.get("reason")
     except Exception as e:  # noqa: BLE001 -- a selection the library refuses is the row's reason
         row["kernel"], row["why"] = None, f"{type(e).__name__}: {str(e)[:200]}"
-    # the route as conv_select reports it (a depthwise dgrad: the fprop route when a grouped kernel takes it)
-    if (row["why"] or "").startswith("depthwise dgrad"):
-        row["route"] = "depthwise fprop of dy (rotated filter" + (", zero-inserted dy)" if st > 1 else ")")
-    elif op == "fprop" and row["kernel"] and "_group" in row["kernel"]:
-        row["route"] = "grouped kernel"
-    else:
-        row["route"] = f"{g} launches (a group each)"
+    # the route as conv_select reports it (its cost model's choice; the estimates are in its reason)
+    row["route"] = sel.get("route") if row["kernel"] else None
+    row["route"] = row["route"] or "-"
     try:
         got = lib_call(0)
         torch.cuda.synchronize()
@@ -207,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.backends.cudnn.benchmark = True
     a.out.mkdir(parents=True, exist_ok=True)
-    tree = a.library or build(a.out, a.jobs)
+    archs = "80;90a" if torch.cuda.get_device_capability(0) == (9, 0) else "80"
+    tree = a.library or build(a.out, a.jobs, archs)
     lib = load(tree)
     gpu = torch.cuda.get_device_name(0)
     timer = Timer(torch, a.reps, a.min_ms, a.warmup)
@@ -223,11 +225,13 @@ def main(argv: list[str] | None = None) -> int:
                    f"{row['check']}" if row.get("ratio") else row.get("reason", "")))
             rows.append(row)
     rec = {"gpu": gpu, "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
-           "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "spec": str(SPEC.relative_to(ROOT)),
+           "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+           "spec": " + ".join(str(p.relative_to(ROOT)) for p in SPECS if p.exists()),
            "rows": rows}
     text = (f"# Grouped and depthwise convolution through the exported library (generated by "
             f"benchmarks/conv_grouped_bench.py: do not edit)\n\n{gpu}, {rec['date']}, torch {rec['torch']}, cuDNN "
-            f"{rec['cudnn']}; f16 channels_last; kernels of {rec['spec']}.\n\n" + table(rows, gpu) + "\n")
+            f"{rec['cudnn']}; f16 channels_last; kernels of {rec['spec']}; route: conv_select's (a cost model "
+            f"over the routes the library can run).\n\n" + table(rows, gpu) + "\n")
     (a.out / "grouped.json").write_text(json.dumps(rec, indent=1, default=str))
     (a.out / "grouped.md").write_text(text)
     if a.doc:

@@ -27,11 +27,17 @@ def test_spec_emits_every_route(tmp_path):
                         str(tmp_path)], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     names = [i["name"] for i in json.loads((tmp_path / "manifest.json").read_text())["instances"]]
-    assert len(names) == 8 and "rejected 0" in r.stdout + r.stderr
+    assert len(names) == 13 and "rejected 0" in r.stdout + r.stderr
     assert any(n.endswith("_groupsingle") for n in names) and any(n.endswith("_groupmultiple") for n in names)
     # strided dgrad for C/g, K/g multiples of 2 (3 stages), 128-bit; wgrad at alignment 1 (a depthwise group)
     assert any("dgrad" in n and "_s3_analytic_strided_" in n and "al2x2x2" in n for n in names)
     assert any("wgrad" in n and "al1x1x1" in n for n in names)
+    # Hopper's dense kernels for the block-diagonal and per-group routes: fprop, dgrad, split-K parallel wgrad
+    sm90a = [n for n in names if "_sm90a_" in n]
+    assert {n.split("_")[1] for n in sm90a} == {"fprop", "dgrad", "wgrad"} and len(sm90a) == 5
+    assert sum(n.endswith("_splitkparallel") for n in sm90a) == 2
+    # the bench exports the depthwise direct kernels beside them
+    assert [p.name for p in _bench().SPECS] == ["grouped.yaml", "depthwise.yaml"]
 
 
 def test_layers_are_grouped_problems_with_emitters_flops():
