@@ -44,6 +44,7 @@ class ConvConfig:
     scheduler: str = "auto"         # gemm_1x1: persistent | stream_k
     group_mode: str = "none"        # none | single | multiple (sm80 grouped fprop)
     # depthwise_direct: the compiled filter (R, S), stride and dilation ((0, 0) = any); () for other kernels
+    stages: int = 0                 # as resolved (depthwise_direct: the shared memory a run-time stride needs)
     filter: tuple[int, ...] = ()
     conv_stride: tuple[int, ...] = ()
     conv_dilation: tuple[int, ...] = ()
@@ -85,6 +86,7 @@ class ConvConfig:
             kernel=get("kernel", str, _KERNELS) if "kernel" in cfg else "implicit",
             scheduler=str(cfg.get("scheduler", "auto")),
             group_mode=get("group_mode", str, _GROUP_MODES) if "group_mode" in cfg else "none",
+            stages=int(cfg.get("stages") or 0) if isinstance(cfg.get("stages", 0), int) else 0,
             filter=_pair(name, cfg, "filter"), conv_stride=_pair(name, cfg, "conv_stride"),
             conv_dilation=_pair(name, cfg, "conv_dilation"), raw=dict(cfg))
 
@@ -95,6 +97,7 @@ class ConvConfig:
                 "alignment_b": self.alignment_b, "alignment_c": self.alignment_c, "iterator": self.iterator,
                 "stride_support": self.stride_support, "split_k": self.split_k, "kernel": self.kernel,
                 "scheduler": self.scheduler, "group_mode": self.group_mode, "tile": list(self.tile),
+                "stages": self.stages, "a": str(self.a), "accumulator": str(self.accumulator),
                 "filter": list(self.filter), "conv_stride": list(self.conv_stride),
                 "conv_dilation": list(self.conv_dilation),
                 "epilogue": {"activation": self.activation, "bias": self.bias, "clamp_min": self.clamp_min,

@@ -319,6 +319,11 @@ def depthwise_direct_reasons(cfg: Mapping[str, Any], p: ConvProblem) -> list[str
         if fixed and fixed != (0, 0) and tuple(have) != fixed:
             out.append(f"{what} {list(have)}: this depthwise_direct instance is compiled for {what} "
                        f"{fixed[0]}x{fixed[1]}")
+    smem = depthwise_direct_smem(cfg, p)
+    if smem is not None and smem[0] > smem[1]:
+        out.append(f"stride {list(p.stride[1:])}, dilation {list(p.dilation[1:])}: the input window of an output tile "
+                   f"and the filter need about {smem[0]} bytes of shared memory, more than the {smem[1]} of "
+                   f"{cfg.get('arch')} (a run-time stride sizes the window at launch)")
     al = int(cfg["alignment_a"])
     if p.c % al:
         out.append(f"C={p.c} is not a multiple of the alignment {al} (the direct kernel reads and writes {al} "
@@ -326,6 +331,24 @@ def depthwise_direct_reasons(cfg: Mapping[str, Any], p: ConvProblem) -> list[str
     if p.bias:
         out.append("the problem has a bias, this instance has no bias epilogue")
     return out
+
+
+_SMEM_LIMIT = {"sm80": 166912, "sm86": 101376, "sm89": 101376}   # sm80.SMEM_LIMIT: what the shim compiles in
+_BYTES = {"f16": 2, "bf16": 2, "f32": 4}
+
+
+def depthwise_direct_smem(cfg: Mapping[str, Any], p: ConvProblem) -> tuple[int, int] | None:
+    """(bytes, limit) of shared memory a `stride: any` depthwise_direct instance launches p with, as
+    sm80_depthwise.stage_bytes bounds it (stages x the larger of the input window and the epilogue's staging, +
+    the filter); None for compiled strides (the spec's smem rule checked them) or a config without the fields."""
+    if tuple(cfg.get("conv_stride") or ()) != (0, 0) or not cfg.get("stages") or not cfg.get("tile"):
+        return None
+    tp, tq, ch = (int(v) for v in cfg["tile"])
+    a, acc = _BYTES.get(str(cfg.get("a")), 2), _BYTES.get(str(cfg.get("accumulator")), 4)
+    window = (((tp - 1) * p.stride[1] + (p.r - 1) * p.dilation[1] + 1)
+              * ((tq - 1) * p.stride[2] + (p.s - 1) * p.dilation[2] + 1) * ch * a)
+    stage = max(window, tp * tq * (ch + 4) * acc)
+    return int(cfg["stages"]) * stage + ch * p.r * p.s * a, _SMEM_LIMIT.get(str(cfg.get("arch")), 101376)
 
 
 def _depthwise_direct_problems(cfg: Mapping[str, Any], quick: bool) -> list[ConvProblem]:

@@ -62,11 +62,11 @@ def activation_rows(inst: ConvInstance, stride: tuple[int, int], dilation: tuple
 
 def stage_bytes(inst: ConvInstance) -> int:
     """Shared memory of one stage (CUTLASS: the larger of the input window and the epilogue's staging, a stage):
-    the input window of one output tile, tile-n channels (`any` stride/dilation: sized for stride 2, dilation 1; the
-    shim refuses a run-time window that does not fit the arch), or the output tile's accumulators with a 4-channel
+    the input window of one output tile, tile-n channels (`any` stride/dilation: sized for stride 2, dilation 2; the
+    shim refuses a larger run-time window that does not fit the arch), or the output tile's accumulators with a 4-channel
     pad a row (an upper bound of the epilogue's padded layout: 16608 bytes for 8x8x64 f32, bounded by 17408)."""
     st = inst.conv_stride if inst.conv_stride != (0, 0) else (2, 2)
-    dl = inst.conv_dilation if inst.conv_dilation != (0, 0) else (1, 1)
+    dl = inst.conv_dilation if inst.conv_dilation != (0, 0) else (2, 2)
     h, w = activation_rows(inst, st, dl)
     window = h * w * inst.tile.k * inst.a.bytes
     epilogue = inst.tile.m * inst.tile.n * (inst.tile.k + 4) * inst.accumulator.bytes
