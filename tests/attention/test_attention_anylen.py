@@ -333,11 +333,11 @@ def test_split_kv_resolves_and_names_itself():
 
 
 @pytest.mark.parametrize("args,pack,rows,splits", [
-    ((1, 32, 8, 1, 131072), 4, 4, 33),      # decode, GQA: 8 tiles of 4 query heads, keys over 33 CTAs each
-    ((1, 32, 8, 16, 32768), 4, 64, 33),     # 16 positions x 4 query heads of a KV head: one tile a KV head
-    ((1, 32, 4, 16, 30000), 8, 128, 58),    # group 8 x 16 positions: a full tile
+    ((1, 32, 8, 1, 131072), 4, 4, 16),      # decode, GQA: 8 tiles of 4 query heads, keys over 16 CTAs each (one wave)
+    ((1, 32, 8, 16, 32768), 4, 64, 16),     # 16 positions x 4 query heads of a KV head: one tile a KV head
+    ((1, 32, 4, 16, 30000), 8, 128, 30),    # group 8 x 16 positions: a full tile; 30 shares of 8 tiles (33: also 8)
     ((2, 40, 8, 5, 1000), 8, 40, 2),        # group 5 padded to 8 rows a position (3 of 8 rows not stored)
-    ((4, 64, 8, 3, 5000), 8, 24, 9),
+    ((4, 64, 8, 3, 5000), 8, 24, 4),        # 128 CTAs; 5 shares would be 160: two waves
     ((1, 64, 4, 9, 1000), 1, 9, 2),         # group 16 x 9 positions = 144 rows: over one tile, not packed
     ((1, 8, 8, 5, 1000), 1, 5, 2),          # no group: not packed
     ((64, 32, 8, 1, 4096), 4, 4, 1),        # 512 CTAs already: no split, no workspace
@@ -576,3 +576,22 @@ def test_library_dispatch_puts_split_kv_first_for_decode_only():
         assert [c.index for c in candidates(ks, cc=90, seq_q=sq, **q)][0] == 1
     for sq in (DECODE_SEQ + 1, 4096):
         assert [c.index for c in candidates(ks, cc=90, seq_q=sq, **q)][-1] == 1
+
+
+@pytest.mark.parametrize("ctas,tiles,splits", [
+    (16, 938, 8),       # 2 x 8 KV heads at 120k keys: 128 CTAs, one wave (the former rule: 17 shares, 272 CTAs, 3 waves)
+    (32, 235, 4),       # 4 x 8 KV heads at 30k keys
+    (64, 40, 2),        # 16 x 4 KV heads at 5k keys
+    (512, 8, 1),        # enough CTAs: no split
+    (1, 3, 1),          # fewer than SPLIT_MIN_TILES tiles
+    (1, 100000, 64),    # one block, a very long KV: SPLIT_MAX
+])
+def test_split_count_fills_whole_waves(ctas, tiles, splits):
+    got = sm90a.split_count(ctas, tiles)
+    assert got == splits
+    waves = -(-ctas * got // sm90a.SPLIT_SMS)
+    # no other count the rule allows finishes sooner in the model
+    most = max(1, min(tiles // sm90a.SPLIT_MIN_TILES, sm90a.SPLIT_MAX))
+    cost = waves * (-(-tiles // got) + sm90a.SPLIT_FIXED_TILES)
+    assert all(-(-ctas * s // sm90a.SPLIT_SMS) * (-(-tiles // s) + sm90a.SPLIT_FIXED_TILES) >= cost
+               for s in range(1, most + 1))

@@ -191,9 +191,26 @@ def _resolve(inst: AttentionInstance) -> AttentionInstance:
     return resolved.replace(stages=stages)
 
 
-SPLIT_TARGET_CTAS = 2 * 132     # split_kv: CTAs enough for two waves of an H100's / H200's 132 SMs
+SPLIT_SMS = 132                 # split_kv: an H100's / H200's SMs, one split_kv CTA each (its shared memory)
 SPLIT_MIN_TILES = 4             # key tiles a share runs at least
 SPLIT_MAX = 64
+SPLIT_FIXED_TILES = 2           # a CTA's fixed cost (Q load, prologue, partial store and combine) in key tiles
+
+
+def split_count(ctas: int, tiles: int) -> int:
+    """How many CTAs share a query block's `tiles` key tiles when `ctas` blocks run (the shim's split_count): the
+    count whose launch finishes first -- waves of SPLIT_SMS CTAs, each wave as long as a share's key tiles plus
+    SPLIT_FIXED_TILES -- the fewest shares on a tie, at least SPLIT_MIN_TILES tiles a share, at most SPLIT_MAX.
+    Decode is bound by the K/V bytes each wave streams, so a launch of 2.06 waves (272 CTAs: the former
+    "two waves' worth" rule at 16 query blocks) runs three and streams at two thirds of the rate one full wave
+    of 128 does (H200 library bench 2026-11-28: 3.3 TB/s against cuDNN's 4.3)."""
+    most = max(1, min(tiles // SPLIT_MIN_TILES, SPLIT_MAX))
+    best = (0, 1)
+    for s in range(1, most + 1):
+        cost = -(-ctas * s // SPLIT_SMS) * (-(-tiles // s) + SPLIT_FIXED_TILES)
+        if s == 1 or cost < best[0]:
+            best = (cost, s)
+    return best[1]
 
 
 @dataclass(frozen=True)
@@ -250,8 +267,7 @@ def nested_q_view(plan: SplitPlan, stride_q: tuple[int, int, int], batch: int, h
 def split_plan(inst: AttentionInstance, batch: int, heads_q: int, heads_kv: int, seq_q: int, seq_k: int) -> SplitPlan:
     """What a split_kv instance's shim does with a problem (templates/attention/sm90a/device.cu.j2, split_shape,
     split_count, split_layout; tests/attention/test_attention_anylen.py compares them): grouped heads pack the
-    query heads of a KV head into one tile's rows (pack_of); the shares are enough for SPLIT_TARGET_CTAS CTAs,
-    at least SPLIT_MIN_TILES key tiles each, at most SPLIT_MAX; the workspace holds a counter per (batch, head,
+    query heads of a KV head into one tile's rows (pack_of); the shares as split_count says; the workspace holds a counter per (batch, head,
     16 rows) and per share the LSE and the normalized O (f32) of every row."""
     group = heads_q // heads_kv
     pack, rows_q = pack_of(inst, heads_q, heads_kv, seq_q)
@@ -259,7 +275,7 @@ def split_plan(inst: AttentionInstance, batch: int, heads_q: int, heads_kv: int,
     group = group if pack > 1 else 1
     ctas = -(-rows_q // inst.tile_q) * batch * heads
     tiles = -(-seq_k // inst.tile_kv)
-    splits = max(1, min(-(-SPLIT_TARGET_CTAS // ctas), max(1, tiles // SPLIT_MIN_TILES), SPLIT_MAX))
+    splits = split_count(ctas, tiles)
     if splits == 1:
         return SplitPlan(pack, 1, 0, rows_q, group)
     pairs = batch * heads
