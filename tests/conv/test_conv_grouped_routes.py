@@ -16,6 +16,7 @@ No nvcc, no GPU."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -399,3 +400,126 @@ def test_a_grouped_call_takes_its_route_end_to_end(m, monkeypatch):
     gw = m._conv_grouped("wgrad", "conv2d_weight_grad", x, None, gy, None, None, tuple(w.shape), *geo, 16, 2, None)
     assert torch.allclose(gx, xs.grad) and torch.allclose(gw, ws.grad)
     assert [c[:2] for c in calls] == [("fprop", 1), ("fprop", 1), ("dgrad", 1), ("wgrad", 1)]
+
+
+# ---- the routes through the generated C API (fake kernels: every query accepts, runs recorded) ---------------------
+
+@pytest.fixture(scope="module")
+def cm(built):  # noqa: F811
+    """The loader over the C API linked with fake conv shims (test_conv_library's), torch's CPU tensors standing in
+    for device 0's: the routes' real planning, selection and launch glue, no GPU."""
+    import ctypes
+
+    d, out, so = built
+    mod = load_module(f"{LIB}_routes_capi", out / "python" / f"{LIB}.py")
+    mod.load(str(so))
+    mod.init_torch()
+    real_view = mod.operand_view
+    names = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}
+
+    def view(x, want, what, fallback=None):
+        if isinstance(x, torch.Tensor) and x.device.type == "cpu" and x.dtype in names:
+            return x.data_ptr(), x.shape, x.stride(), names[x.dtype], 0, x
+        return real_view(x, want, what, fallback)
+
+    mod.operand_view = view
+    mod.current_device = lambda: 0
+    mod.raw_stream = lambda dev: 0x5000 + max(dev, 0)
+    mod._conv_empty = lambda shape, tdt, dev: torch.empty_strided(shape, mod._channels_last(shape), dtype=tdt)
+    mod._CONV_SMS.update({0: 132, -1: 132})
+    c = mod._lib
+    for n in ("g_runs", "g_last_kernel", "g_refuse", "g_ungrouped"):
+        setattr(mod, "_" + n, ctypes.c_int.in_dll(c, n))
+    return mod
+
+
+def _last(mod) -> dict:
+    from test_conv_library import last
+    return last(mod)
+
+
+@contextlib.contextmanager
+def forced(mod, route):
+    """The route decisions with `route` taken wherever the model priced it."""
+    real = mod._conv_group_route
+
+    def pick(*args, **kw):
+        dec = real(*args, **kw)
+        if route in dec["costs"]:
+            dec = dict(dec, route="as-given" if route in ("grouped", "per-group") else route, code=route)
+        return dec
+
+    mod._conv_group_route = pick
+    mod._CONV_ROUTES.clear()
+    try:
+        yield
+    finally:
+        mod._conv_group_route = real
+        mod._CONV_ROUTES.clear()
+
+
+def test_routes_through_the_c_api(cm):
+    names = sorted(k[0] for k in cm._CONV_KMODEL)
+    sm90a = [i for i, k in enumerate(cm._CONV_KMODEL) if "fprop_sm90a" in k[0]][0]
+    everything = (1 << len(names)) - 1
+    x = torch.randn(2, 16, 9, 7).half().to(memory_format=CL)
+    w = torch.randn(24, 8, 3, 3).half().to(memory_format=CL)
+    gy = torch.randn(2, 24, 9, 7).half().to(memory_format=CL)
+    eb = 2
+    try:
+        # every kernel ungrouped: as given is the C API's launch a group; the dense route is priced beside it
+        cm._g_ungrouped.value = everything
+        sel = cm.conv_select("fprop", x, w, None, padding=1, groups=2)
+        assert set(sel["costs_us"]) == {"per-group", "dense"} and sel["route"] in (
+            "2 launches (a group each)", "block-diagonal dense (2x the FLOPs)"), sel
+        runs = cm._g_runs.value
+        with forced(cm, "per-group"):
+            y = cm.conv2d(x, w, padding=1, groups=2)
+        e = _last(cm)
+        assert cm._g_runs.value == runs + 2 and (e["c"], e["k"], e["groups"]) == (8, 12, 1)
+        assert e["ptr_x"] == x.data_ptr() + 8 * eb and e["ptr_y"] == y.data_ptr() + 12 * eb
+        assert e["ptr_w"] == w.data_ptr() + 12 * 8 * 9 * eb
+        with forced(cm, "dense"):
+            y2 = cm.conv2d(x, w, padding=1, groups=2)
+            e = _last(cm)
+            assert cm._g_runs.value == runs + 3 and (e["c"], e["k"], e["groups"]) == (16, 24, 1), e
+            assert e["ptr_x"] == x.data_ptr() and e["ptr_y"] == y2.data_ptr() and e["ptr_w"] not in (0, w.data_ptr())
+            gx = cm.conv2d_input_grad(gy, w, x.shape, padding=1, groups=2)
+            e = _last(cm)
+            assert "_dgrad_" in names[cm._g_last_kernel.value]
+            assert (e["c"], e["k"], e["ptr_x"], e["ptr_y"]) == (16, 24, gx.data_ptr(), gy.data_ptr())
+            out = torch.full_like(w, 5.0)
+            assert cm.conv2d_weight_grad(x, gy, w.shape, padding=1, groups=2, out=out) is out
+            e = _last(cm)      # the (K, C, R, S) temporary written, out taken from its diagonal blocks
+            assert "_wgrad_" in names[cm._g_last_kernel.value]
+            assert (e["c"], e["k"], e["groups"]) == (16, 24, 1) and e["ptr_w"] != out.data_ptr()
+            assert cm._g_runs.value == runs + 5
+        # one kernel takes the groups: as given is one launch; the loader's launch a group is priced beside it
+        cm._g_ungrouped.value = everything & ~(1 << sm90a)
+        sel = cm.conv_select("fprop", x, w, None, padding=1, groups=2)
+        assert {"grouped", "slices", "dense"} == set(sel["costs_us"]), sel
+        runs = cm._g_runs.value
+        with forced(cm, "grouped"):
+            cm.conv2d(x, w, padding=1, groups=2)
+        assert cm._g_runs.value == runs + 1 and _last(cm)["groups"] == 2 and cm._g_last_kernel.value == sm90a
+        with forced(cm, "slices"):
+            for _ in range(2):      # the second call on the remembered head
+                y = cm.conv2d(x, w, padding=1, groups=2)
+                e = _last(cm)
+                assert (e["c"], e["k"], e["groups"]) == (8, 12, 1)
+                assert (e["ptr_x"], e["ptr_w"], e["ptr_y"], e["ptr_bias"]) == (
+                    x.data_ptr() + 8 * eb, w.data_ptr() + 12 * 8 * 9 * eb, y.data_ptr() + 12 * eb, None)
+        assert cm._g_runs.value == runs + 5
+        # no kernel fuses a bias here: no route runs it, and the C API's refusal says so
+        with pytest.raises(cm.Error, match="no conv kernel of this library runs fprop f16 -> f16 \\+ bias"):
+            cm.conv2d(x, w, padding=1, groups=2, bias=torch.randn(24).half())
+        # bad operands are still the loader's clear refusals, before any route is planned
+        with pytest.raises(cm.OperandError, match="must divide"):
+            cm.conv2d(x, torch.randn(24, 16, 3, 3).half().to(memory_format=CL), groups=3)
+        with pytest.raises(cm.OperandError, match=r"\(K, C/groups, R, S\)"):
+            cm.conv2d(x, torch.randn(24, 4, 3, 3).half().to(memory_format=CL), groups=2)
+        with pytest.raises(cm.OperandError, match="not channels_last"):
+            cm.conv2d(x, w.contiguous(), groups=2, padding=1)
+    finally:
+        cm._g_ungrouped.value = 0
+        cm._CONV_ROUTES.clear()
