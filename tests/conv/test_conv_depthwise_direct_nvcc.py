@@ -13,6 +13,7 @@ import pytest
 from emitter.families.conv.abi import ConvShim, c_problem_from
 from emitter.families.conv.config import ConvConfig
 from emitter.families.conv.problem import ConvProblem, default_problems, not_supported_reasons
+from emitter.families.conv.sm80_depthwise import smem_bytes
 from emitter.kit.shim import EMITTER_CANNOT_IMPLEMENT, EMITTER_INVALID_ARGUMENT, EMITTER_OK
 
 SPEC = """
@@ -65,9 +66,13 @@ def test_direct_instance_launch_workspace_and_ctas(built):
     assert d["grid"] == [1, 3, tiles // 2]                 # 144 channels: 3 blocks of 64; each CTA >= 2 tiles
     assert d["block"] == [128, 1, 1]                       # 8x8 pixels / 16 a warp = 4 warps
     assert d["workspace_bytes"] == -(-144 * 9 * 2 // 256) * 256     # the reordered [R*S][K] filter
-    # 4 stages of the larger of the 10x10 input window and the epilogue's staging, + the filter: at least the window,
-    # at most the bound the spec's smem rule charges (sm80_depthwise.stage_bytes)
-    assert 4 * 10 * 10 * 64 * 2 + 9 * 64 * 2 < d["shared_bytes"] <= 4 * 8 * 8 * 68 * 4 + 9 * 64 * 2
+    # 4 stages of the larger of the 10x10 input window (7 rounds of 128 threads' 16-byte loads) and the epilogue's
+    # 8x8x64 f32 staging, + the filter (one round): what the spec's smem rule computes (sm80_depthwise.smem_bytes)
+    assert d["shared_bytes"] == 4 * max(7 * 128 * 16, 8 * 8 * 64 * 4) + 128 * 16 == 67584
+    assert d["shared_bytes"] == smem_bytes((8, 8, 64), (3, 3), 16, (1, 1), (1, 1), 4, 2, 4)
+    wide = dw(stride=(1, 2, 2), dilation=(1, 2, 2))        # refused here (stride 1 compiled): the formula alone
+    assert smem_bytes((8, 8, 64), (3, 3), 16, (2, 2), (2, 2), 3, 2, 4) == 3 * 23 * 128 * 16 + 128 * 16
+    assert shim.query(c_problem_from(wide, PTRS))[0] == EMITTER_CANNOT_IMPLEMENT
     status, launch = shim.query(c_problem_from(replace(p, split_k=3), PTRS))
     assert status == EMITTER_OK and launch.as_dict()["grid"] == [1, 3, 3]      # the caller's CTA count
     big = dw(c=384, n=128, h=56, w=56)                     # 6272 tiles: about 2048 CTAs

@@ -98,6 +98,7 @@ class ConvConfig:
                 "stride_support": self.stride_support, "split_k": self.split_k, "kernel": self.kernel,
                 "scheduler": self.scheduler, "group_mode": self.group_mode, "tile": list(self.tile),
                 "stages": self.stages, "a": str(self.a), "accumulator": str(self.accumulator),
+                "warp": self.raw.get("warp"),
                 "filter": list(self.filter), "conv_stride": list(self.conv_stride),
                 "conv_dilation": list(self.conv_dilation),
                 "epilogue": {"activation": self.activation, "bias": self.bias, "clamp_min": self.clamp_min,

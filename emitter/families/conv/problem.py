@@ -338,17 +338,16 @@ _BYTES = {"f16": 2, "bf16": 2, "f32": 4}
 
 
 def depthwise_direct_smem(cfg: Mapping[str, Any], p: ConvProblem) -> tuple[int, int] | None:
-    """(bytes, limit) of shared memory a `stride: any` depthwise_direct instance launches p with, as
-    sm80_depthwise.stage_bytes bounds it (stages x the larger of the input window and the epilogue's staging, +
-    the filter); None for compiled strides (the spec's smem rule checked them) or a config without the fields."""
-    if tuple(cfg.get("conv_stride") or ()) != (0, 0) or not cfg.get("stages") or not cfg.get("tile"):
+    """(bytes, limit) of shared memory a `stride: any` depthwise_direct instance launches p with
+    (sm80_depthwise.smem_bytes at p's stride and dilation); None for compiled strides (the spec's smem rule checked
+    them) or a config without the fields."""
+    from emitter.families.conv.sm80_depthwise import smem_bytes
+
+    if tuple(cfg.get("conv_stride") or ()) != (0, 0) or not cfg.get("stages") or not cfg.get("tile") or not cfg.get("warp"):
         return None
-    tp, tq, ch = (int(v) for v in cfg["tile"])
-    a, acc = _BYTES.get(str(cfg.get("a")), 2), _BYTES.get(str(cfg.get("accumulator")), 4)
-    window = (((tp - 1) * p.stride[1] + (p.r - 1) * p.dilation[1] + 1)
-              * ((tq - 1) * p.stride[2] + (p.s - 1) * p.dilation[2] + 1) * ch * a)
-    stage = max(window, tp * tq * (ch + 4) * acc)
-    return int(cfg["stages"]) * stage + ch * p.r * p.s * a, _SMEM_LIMIT.get(str(cfg.get("arch")), 101376)
+    need = smem_bytes(tuple(int(v) for v in cfg["tile"]), (p.r, p.s), int(cfg["warp"][0]), p.stride[1:], p.dilation[1:],
+                      int(cfg["stages"]), _BYTES.get(str(cfg.get("a")), 2), _BYTES.get(str(cfg.get("accumulator")), 4))
+    return need, _SMEM_LIMIT.get(str(cfg.get("arch")), 101376)
 
 
 def _depthwise_direct_problems(cfg: Mapping[str, Any], quick: bool) -> list[ConvProblem]:

@@ -53,24 +53,32 @@ def _step_text(v: tuple[int, int]) -> str:
     return "any" if v == (0, 0) else f"{v[0]}x{v[1]}"
 
 
-def activation_rows(inst: ConvInstance, stride: tuple[int, int], dilation: tuple[int, int]) -> tuple[int, int]:
-    """The input window (rows, columns) one P x Q output tile reads at a compiled stride and dilation."""
-    r, s = inst.filter or (1, 1)
-    return ((inst.tile.m - 1) * stride[0] + (r - 1) * dilation[0] + 1,
-            (inst.tile.n - 1) * stride[1] + (s - 1) * dilation[1] + 1)
+def smem_bytes(tile: tuple[int, int, int], flt: tuple[int, int], warp_m: int, stride: tuple[int, int],
+               dilation: tuple[int, int], stages: int, a_bytes: int, acc_bytes: int) -> int:
+    """The dynamic shared memory CUTLASS's DirectConvolutionParams::get_smem_size asks: stages x the larger of the
+    input window (its thread map's loads: every thread moves 128 bits a load, so the window rounds up to whole
+    rounds of the CTA's threads) and the epilogue's staging (the P*Q x channels accumulators), + the filter (its
+    R*S x channels, rounded the same way). Measured from a built shim: 8x8x64, 3x3, stride 1, f16 / f32, 4 stages:
+    67584 bytes (tests/conv/test_conv_depthwise_direct_nvcc.py)."""
+    tp, tq, ch = tile
+    threads = 32 * (tp * tq // warp_m)
+    per_load = 16 // a_bytes                     # 128-bit loads
+    lanes = ch // per_load                       # threads along one pixel's channels
+    rows = max(threads // lanes, 1)              # pixels one round of loads covers
+
+    def rounds(pixels: int) -> int:
+        return -(-pixels // rows) * per_load * threads * a_bytes
+
+    window = ((tp - 1) * stride[0] + (flt[0] - 1) * dilation[0] + 1) * ((tq - 1) * stride[1] + (flt[1] - 1) * dilation[1] + 1)
+    return stages * max(rounds(window), tp * tq * ch * acc_bytes) + rounds(flt[0] * flt[1])
 
 
-def stage_bytes(inst: ConvInstance) -> int:
-    """Shared memory of one stage (CUTLASS: the larger of the input window and the epilogue's staging, a stage):
-    the input window of one output tile, tile-n channels (`any` stride/dilation: sized for stride 2, dilation 2; the
-    shim refuses a larger run-time window that does not fit the arch), or the output tile's accumulators with a 4-channel
-    pad a row (an upper bound of the epilogue's padded layout: 16608 bytes for 8x8x64 f32, bounded by 17408)."""
+def _smem(inst: ConvInstance, stages: int) -> int:
+    """smem_bytes of an instance; `any` stride / dilation sized for stride 2, dilation 2 (the shim refuses a larger
+    run-time window that does not fit the arch)."""
     st = inst.conv_stride if inst.conv_stride != (0, 0) else (2, 2)
     dl = inst.conv_dilation if inst.conv_dilation != (0, 0) else (2, 2)
-    h, w = activation_rows(inst, st, dl)
-    window = h * w * inst.tile.k * inst.a.bytes
-    epilogue = inst.tile.m * inst.tile.n * (inst.tile.k + 4) * inst.accumulator.bytes
-    return max(window, epilogue)
+    return smem_bytes((inst.tile.m, inst.tile.n, inst.tile.k), inst.filter or (1, 1), inst.warp.m, st, dl, stages, inst.a.bytes, inst.accumulator.bytes)
 
 
 def resolve_direct(inst: ConvInstance, smem_limit: int) -> ConvInstance | Rejection:
@@ -148,14 +156,13 @@ def resolve_direct(inst: ConvInstance, smem_limit: int) -> ConvInstance | Reject
             return reject(inst, "depthwise-alignment", f"alignment {which}={al}: the direct kernel reads and writes "
                                                        f"128-bit vectors ({full} {inst.a} channels): use alignment "
                                                        f"auto or {full} (C = K a multiple of {full})")
-    per_stage = stage_bytes(inst)
-    filter_bytes = t.k * r * s * inst.a.bytes
+    inst = inst.replace(warp=warp)
     stages = inst.stages
     if stages == AUTO:
-        stages = max(2, min(MAX_AUTO_STAGES, (smem_limit - filter_bytes) // per_stage))
+        stages = max([2] + [n for n in range(2, MAX_AUTO_STAGES + 1) if _smem(inst, n) <= smem_limit])
     if stages < 2:
         return reject(inst, "stages", "at least 2 stages")
-    smem = per_stage * stages + filter_bytes
+    smem = _smem(inst, stages)
     if smem > smem_limit:
         return reject(inst, "smem", f"{stages} stages of a {t.m}x{t.n} output tile's input window ({t.k} channels, "
                                     f"filter {r}x{s}, stride {_step_text(inst.conv_stride)}) and the filter need "
