@@ -5,6 +5,7 @@ default verify problems (and the fake backend passing them, the planted faults f
 depthwise.yaml and the verify set, and the exported library's pieces: the table flag, the launch unit calling the
 instance's run(), and the dispatch twin putting the direct kernels first for a depthwise problem only."""
 
+import ctypes
 import json
 import os
 import subprocess
@@ -298,3 +299,63 @@ def test_exported_library_marks_and_launches_the_direct_kernel(tmp_path):
     assert len(rows) == 1 and rows[0].rstrip().endswith(", 1},")
     api = "\n".join(p.read_text() for p in lib.rglob("*.cpp"))
     assert "conv_depthwise_first(c->e, conv_order(*p, *c, cc))" in api
+
+
+DW16 = DW.replace("tile: 8x8x64", "tile: 8x8x16")
+
+
+def test_dispatch_twin_prefers_a_channel_block_that_divides_c():
+    from emitter.families.conv.library_dispatch import ConvQuery, select
+
+    ks = _records(DW, DW16, MULTIPLE)
+    block = {k.index: k.tile[2] for k in ks if k.depthwise_direct}
+    for c, want in ((144, 16), (384, 64), (64, 64), (136, None)):
+        q = ConvQuery(op="fprop", a="f16", c="f16", n=4, h=28, w=28, ci=c, k=c, r=3, s=3, p=28, q=28, groups=c)
+        got = select(ks, [], q)[0].kernel
+        assert got in block, (c, got)
+        if want is not None:
+            assert block[got] == want, (c, block[got])
+
+
+def test_c_api_tries_the_direct_kernels_first_for_depthwise_problems(tmp_path):
+    """The exported C API (api.cpp compiled with the host compiler against stand-in shims that accept what their
+    kernel kind accepts): a depthwise problem runs on the direct kernel whose channel block divides C, then the
+    other direct kernel when that one refuses, then the grouped implicit GEMM (the ungrouped kernel refusing groups)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import test_conv_library as tl
+
+    if tl.CXX is None:
+        pytest.skip("needs a host C++ compiler")
+    from emitter.emit import emit
+    from emitter.library.export import export_library
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("kernels:\n" + "".join("  - " + t.rstrip().replace("\n", "\n    ") + "\n"
+                                           for t in (DW, DW16, MULTIPLE, PLAIN)))
+    emit([spec], tmp_path / "gen", jobs=1)
+    export_library([tmp_path / "gen"], tl.LIB, tmp_path / "lib")
+    out = tmp_path / "lib"
+    so = tl._build_so(tmp_path, out)
+    m = tl._loader(out, so, "dw")
+    c = m._lib
+    names = m.conv_kernels()
+    idx = {("dw64" if "8x8x64" in n else "dw16") if "_dwdirect_" in n else ("grouped" if "_group" in n else "plain"): i
+           for i, n in enumerate(names)}
+    assert len(idx) == 4, names
+    refuse = ctypes.c_int.in_dll(c, "g_refuse")
+    ctypes.c_int.in_dll(c, "g_ungrouped").value = 1 << idx["plain"]
+    last = ctypes.c_int.in_dll(c, "g_last_kernel")
+
+    def run(ch, groups, kk=None, refused=()):
+        refuse.value = sum(1 << idx[r] for r in refused)
+        p = tl.problem(m, c=ch, k=kk or ch, groups=groups)
+        st_, err = tl.call(m, p)
+        assert st_ == 0, err
+        return names[last.value]
+
+    assert "_8x8x16_" in run(144, 144) and "_dwdirect_" in run(144, 144)       # 144 = 9 x 16
+    assert "_8x8x64_" in run(384, 384)                                          # 384 = 6 x 64: the wider block
+    assert "_8x8x64_" in run(144, 144, refused=("dw16",))                       # the next direct kernel
+    assert "_groupmultiple" in run(144, 144, refused=("dw16", "dw64"))          # then the grouped implicit GEMM
+    assert "_groupmultiple" in run(96, 4, kk=256, refused=("dw16", "dw64"))     # a grouped problem
+    refuse.value = 0
