@@ -75,7 +75,7 @@ def build(out: Path, jobs: int, archs: str) -> Path:
     gen, tree = out / "gen", out / NAME
     specs = [str(p) for p in SPECS if p.exists()]
     for cmd in ([py, "-m", "emitter", "emit", *specs, "-o", str(gen), "-q"],
-                [py, "-m", "emitter", "library", str(gen), "--name", NAME, "-o", str(tree)],
+                [py, "-m", "emitter", "library", str(gen), "--name", NAME, "-o", str(tree), "--exclude", "*bf16*"],
                 ["cmake", "-S", str(tree), "-B", str(tree / "build"), f"-DCMAKE_CUDA_ARCHITECTURES={archs}",
                  "-DCMAKE_BUILD_TYPE=Release"],
                 ["cmake", "--build", str(tree / "build"), "-j", str(jobs)]):
