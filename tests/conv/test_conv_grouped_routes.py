@@ -523,3 +523,36 @@ def test_routes_through_the_c_api(cm):
     finally:
         cm._g_ungrouped.value = 0
         cm._CONV_ROUTES.clear()
+
+
+def test_conv_select_on_other_operands_reports_the_c_apis_route(built):  # noqa: F811
+    """Operands that are not torch tensors run as the C API dispatches them: conv_select says whether that is one
+    launch (a kernel that takes the groups) or one a group (test_conv_library's stand-in tensors)."""
+    import ctypes
+    import types
+
+    from test_conv_library import cl
+    from test_loader import DT, FakeTensor
+
+    d, out, so = built
+    mod = load_module(f"{LIB}_routes_fake", out / "python" / f"{LIB}.py")
+    mod.load(str(so))
+    mod.tensor_type = FakeTensor
+    mod.raw_stream = lambda dev: 0x5000 + dev
+    mod.current_device = lambda: 0
+    mod.torch_module = types.SimpleNamespace()
+    mod._conv_empty = lambda shape, tdt, dev: FakeTensor(shape, tdt, strides=mod._channels_last(shape), device=dev)
+    mod.torch_dtypes.update({"f16": DT["float16"], "bf16": DT["bfloat16"], "f32": DT["float32"]})
+    ungrouped = ctypes.c_int.in_dll(mod._lib, "g_ungrouped")
+    sm90a = [i for i, k in enumerate(mod._CONV_KMODEL) if "fprop_sm90a" in k[0]][0]
+    x, w = cl((2, 16, 9, 7)), cl((24, 8, 3, 3))
+    try:
+        ungrouped.value = (1 << len(mod._CONV_KMODEL)) - 1
+        sel = mod.conv_select("fprop", x, w, None, padding=1, groups=2)
+        assert sel["route"] == "2 launches (a group each)" and "costs_us" not in sel, sel
+        ungrouped.value &= ~(1 << sm90a)
+        sel = mod.conv_select("fprop", x, w, None, padding=1, groups=2)
+        assert sel["route"] == "grouped kernel" and sel["index"] == sm90a, sel
+        assert "route" not in mod.conv_select("fprop", x, cl((24, 16, 3, 3)), None, padding=1)
+    finally:
+        ungrouped.value = 0
