@@ -138,6 +138,7 @@ def bench_case(torch, timer, lib, layer, op: str, sets_wanted: int) -> dict[str,
     # the route as conv_select reports it (its cost model's choice; the estimates are in its reason)
     row["route"] = sel.get("route") if row["kernel"] else None
     row["route"] = row["route"] or "-"
+    row["costs_us"] = sel.get("costs_us")      # the model's estimate of every route it priced (grouped.json)
     try:
         got = lib_call(0)
         torch.cuda.synchronize()
