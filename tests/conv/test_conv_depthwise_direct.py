@@ -6,7 +6,6 @@ depthwise.yaml and the verify set, and the exported library's pieces: the table 
 instance's run(), and the dispatch twin putting the direct kernels first for a depthwise problem only."""
 
 import ctypes
-import json
 import os
 import subprocess
 import sys

@@ -9,7 +9,7 @@ spec says `any` (kOptimized: read at run time, the input window's shared memory 
 
 CUTLASS reads the filter as [R*S][K] (its device::DirectConvolution launches a reorder kernel first); emitter's
 entry is one launch, so each CTA writes the [R*S] x tile-n block of the reordered filter it reads into the
-workspace itself before the main loop (see templates/conv/sm80/depthwise_device.cu.j2).
+workspace itself before the main loop (`run` in templates/conv/sm80/depthwise_kernel.cu.j2).
 
 resolve_direct() checks what these templates build (their static_asserts and can_implement's static part) before
 nvcc; what a problem must satisfy (groups = C = K, R x S, stride, dilation) is problem.depthwise_direct_reasons.
