@@ -238,7 +238,8 @@ def test_dense_route_in_3d(m):
     F.conv3d(xs, ws, stride=(1, 2, 1), padding=1, groups=g).backward(gy)
     run = _cpu_run([])
     st, pd, dl = m._conv_geo((1, 2, 1), 1, 1, "conv3d", 3)
-    assert torch.allclose(m._conv_dense("fprop", "conv3d", x, w, None, None, None, None, st, pd, dl, g, 3, None, run), y)
+    y2 = m._conv_dense("fprop", "conv3d", x, w, None, None, None, None, st, pd, dl, g, 3, None, run)
+    assert torch.allclose(y2, y) and y2.is_contiguous(memory_format=torch.channels_last_3d)
     assert torch.allclose(m._conv_dense("dgrad", "f", None, w, gy, None, None, tuple(x.shape), st, pd, dl, g, 3, None,
                                         run), xs.grad)
     gw = m._conv_dense("wgrad", "f", x, None, gy, None, None, tuple(w.shape), st, pd, dl, g, 3, None, run)
