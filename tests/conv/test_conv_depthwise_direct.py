@@ -95,6 +95,7 @@ def test_other_kernels_keep_their_names_and_manifest_entries():
     ("dtype: f32\n", "depthwise-dtype"),
     ("dtype: {a: f16, c: f32}\n", "depthwise-output"),
     ("dtype: {a: bf16, accumulator: f16}\n", "dtype-accumulator"),
+    ("dtype: {a: f16, accumulator: f16}\n", "dtype-accumulator"),
     ("filter: 11\n", "depthwise-filter"),
     ("tile: 8x8x48\n", "depthwise-tile-channels"),
     ("tile: 7x7x64\n", "depthwise-tile"),

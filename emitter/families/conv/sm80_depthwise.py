@@ -93,9 +93,11 @@ def resolve_direct(inst: ConvInstance, smem_limit: int) -> ConvInstance | Reject
         return reject(inst, "depthwise-output", f"output {inst.c} with {inst.a} inputs: the direct kernel writes its "
                                                 f"input type: use dtype {inst.a}")
     acc = inst.accumulator
-    if acc is not DType.f32 and not (acc is DType.f16 and inst.a is DType.f16):
-        return reject(inst, "dtype-accumulator", f"accumulator {acc} with {inst.a} inputs: use f32 (or f16 with f16 "
-                                                 f"inputs: packed half2 math, less accurate)")
+    if acc is not DType.f32:
+        # CUTLASS's own depthwise instances accumulate f16 in half2 FMAs (they build here: 8x8x64 3x3, 253
+        # registers); emitter has verified the f32 path only, so that is the one it offers
+        return reject(inst, "dtype-accumulator", f"accumulator {acc} with {inst.a} inputs: the direct kernel is "
+                                                 f"built and verified with f32 accumulation here: use accumulator f32")
     if inst.group_mode is not ConvGroupMode.none:
         return reject(inst, "depthwise-group-mode", f"group_mode {inst.group_mode} with kernel depthwise_direct: the "
                                                     f"direct kernel is depthwise by construction (groups = C = K): "
