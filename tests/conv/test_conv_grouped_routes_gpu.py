@@ -8,7 +8,7 @@ fprop, sm80 and sm90a ungrouped kernels, sm90a split-K wgrad, depthwise direct),
 * the model's own choice where it is clear: ResNeXt's 4 channels a group on the dense kernels, two groups of 128 on
   per-group sm90a launches, depthwise fprop on the depthwise direct kernel; conv2d's autograd through the routes.
 
-$EMITTER_CONV_GROUPED_LIBRARY: a built tree of the bench (<out>/convgrouped) to use instead of building one."""
+$EMITTER_CONV_GROUPED_ROUTES_LIBRARY: a built tree of the bench (<out>/convgrouped) to use instead of building one."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def lib(tmp_path_factory):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available() or torch.cuda.get_device_capability(0) != (9, 0):
         pytest.skip("needs an sm_90 GPU (H100 / H200) visible to torch: the dense routes run sm90a kernels")
-    given = os.environ.get("EMITTER_CONV_GROUPED_LIBRARY")
+    given = os.environ.get("EMITTER_CONV_GROUPED_ROUTES_LIBRARY")
     if given:
         tree = Path(given)
     else:
