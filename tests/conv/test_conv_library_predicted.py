@@ -140,6 +140,28 @@ def test_measured_split_k_counts_run_clamped_to_the_reduction():
     assert launch_split_k(ks, [], m, c, tiny, 132) == 1
 
 
+def test_measured_split_k_keeps_the_records_units_not_its_slice_count():
+    """A 1x1 wgrad measured best at 4 slices on 32 tiles (K256 x C1024 in 128x64 tiles: 128 units, one wave) runs one
+    slice on 128 tiles (K512 x C2048: the record's units, not four waves of its slices) and 4 on 8 tiles (K128 x
+    C512: never more slices than the record's)."""
+    ks = [kernel(0, op="wgrad", tile=(128, 64, 64), split_k=True)]
+    rec = query("wgrad", n=32, h=14, w=14, c=1024, k=256, r=1, s=1)
+    m = measured_records([(0, *geometry(rec), 4, 21_000_000, 132, 90)])
+    big = query("wgrad", n=96, h=7, w=7, c=2048, k=512, r=1, s=1)
+    c = candidate_order(ks, [], big, m)[0]
+    assert c.measured >= 0 and launch_split_k(ks, [], m, c, big, 132) == 1
+    small = query("wgrad", n=32, h=14, w=14, c=512, k=128, r=1, s=1)
+    c = candidate_order(ks, [], small, m)[0]
+    assert launch_split_k(ks, [], m, c, small, 132) == 4
+    half = query("wgrad", n=32, h=14, w=14, c=1024, k=512, r=1, s=1)     # 64 tiles: 2 slices keep 128 units
+    c = candidate_order(ks, [], half, m)[0]
+    assert launch_split_k(ks, [], m, c, half, 132) == 2
+    # never more slices than q's reduction has tile-k iterations (N*P*Q = 2 * 4 * 4 = 32: one iteration of 64)
+    tiny = query("wgrad", n=2, h=4, w=4, c=512, k=128, r=1, s=1)
+    c = candidate_order(ks, [], tiny, m)[0]
+    assert launch_split_k(ks, [], m, c, tiny, 132) == 1
+
+
 def test_another_gpu_generation_is_not_used():
     ks = [kernel(0), kernel(1)]
     layer = query(n=128)

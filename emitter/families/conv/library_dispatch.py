@@ -20,7 +20,7 @@ The rule, for a problem q (op, dtypes, epilogue, geometry) on a device of comput
    measured time + log2 of the kernel's padded work at q - the same at the record's problem, `work_log`: its waves
    of output tiles (x split-K slices) on the record GPU's SMs x the tile-k iterations of one unit, so FLOPs, the
    tiles' padding and the last wave's idle SMs all scale it; a kernel's best split counts; ties by kernel index).
-   Each carries its measured record, whose split-K count it runs with (clamped to q's reduction); the other
+   Each carries its measured record, whose units (output tiles x split-K slices) it runs with (split_at); the other
    candidates follow in the order of steps 2-3.
 
 The implicit GEMM's output tiles (`tile_grid`): fprop M = N*P*Q, N = K; dgrad M = N*H*W, N = C; wgrad M = K,
@@ -189,11 +189,18 @@ def _rdims(r: ConvMeasuredRecord) -> tuple[int, ...]:
 
 
 def split_at(k, r: ConvMeasuredRecord, q: ConvQuery) -> int:
-    """The split-K count a measured record's kernel runs with at q: the record's, clamped so each slice keeps at
-    least one tile-k iteration of q's reduction; 1 for a kernel without split-K."""
+    """The split-K count a measured record's kernel runs with at q: no more units (output tiles x slices) than won
+    at the record and no more slices -- min(the record's slices, its units // q's tiles), at least 1, at most q's
+    tile-k iterations; 1 for a kernel without split-K. The record's slice count alone put 4 slices of 128 tiles
+    (four waves) on a 1x1 wgrad whose record had 32 tiles (H200 library bench 2026-11-28, C2048 7^2 K512: 0.0301 ms
+    against 0.0223 at one slice, lib / oracle 0.741); its units alone gave 16 slices to 8 tiles, whose partial sums
+    the model does not price (0.870 of the oracle on that bench's C128 28^2 K512 1x1 wgrad)."""
     if not k.split_k or r.split_k <= 1:
         return 1
-    return max(1, min(r.split_k, reduction_iters(k, k.op, *_qdims(q))))
+    rm, rn = tile_grid(k, k.op, *_rdims(r))
+    qm, qn = tile_grid(k, k.op, *_qdims(q))
+    units = min(rm * rn * r.split_k, SAT)
+    return max(1, min(units // max(qm * qn, 1), r.split_k, reduction_iters(k, k.op, *_qdims(q))))
 
 
 def work_log(k, dims: tuple[int, ...], split: int, sms: int) -> int:
