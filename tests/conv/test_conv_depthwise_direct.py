@@ -163,6 +163,10 @@ def test_what_an_instance_refuses_at_run_time():
         "dilation 1x1": [dw(dilation=(1, 2, 2))],
         "multiple of the alignment": [dw(c=20)],
         "bias": [replace(dw(), bias=True)],
+        # a CTA computes one output tile (a CTA walking several raced in CUTLASS's fused epilogue): no split_k, at
+        # most 65535 tiles along the grid's z
+        "no reduction to split": [replace(dw(), split_k=3), replace(dw(), split_k=2)],
+        "65535": [dw(n=2731, h=64, w=48)],
     }
     for needle, problems in cases.items():
         for p in problems:
@@ -186,7 +190,11 @@ def test_default_problems_cover_channel_blocks_odd_sizes_padding_and_steps(text)
     cs = {p.c for p in probs}
     assert min(cs) < ch and any(c > ch and c % ch for c in cs)          # under one block, a partial block
     assert {max(p.pad_front + p.pad_back) for p in probs} >= {0, 3}
-    assert any(p.pad_front != p.pad_back for p in probs) and any(p.split_k == 3 for p in probs)
+    assert any(p.pad_front != p.pad_back for p in probs) and all(p.split_k == 1 for p in probs)
+    # a large layer (56 x 56 x 144, batch 8): hundreds of CTAs busy at once, where small problems had passed a race
+    big = [p for p in probs if (p.n, p.h, p.w, p.c) == (8, 56, 56, 144)]
+    assert len(big) == 1 and big[0].output_extents()[1] >= 28
+    assert not any((p.n, p.h, p.w, p.c) == (8, 56, 56, 144) for p, _ in default_problems(cfg.cfg, quick=True))
     assert any(p.beta != 0 for p in probs) and any(p.alpha != 1 for p in probs)
     for p in probs:
         _, pp, qq = p.output_extents()
@@ -359,3 +367,59 @@ def test_c_api_tries_the_direct_kernels_first_for_depthwise_problems(tmp_path):
     assert "_groupmultiple" in run(144, 144, refused=("dw16", "dw64"))          # then the grouped implicit GEMM
     assert "_groupmultiple" in run(96, 4, kk=256, refused=("dw16", "dw64"))     # a grouped problem
     refuse.value = 0
+
+
+def test_loader_runs_a_depthwise_dgrad_as_the_direct_fprop_of_dy_in_a_library_of_fprop_kernels(tmp_path):
+    """A library whose conv kernels are all fprop (direct kernels and a grouped implicit GEMM, as the GPU test's):
+    conv2d_input_grad of a depthwise problem -- input_shape a torch.Size, as x.shape gives it -- takes the loader's
+    route, the fprop of dy (zero-inserted at stride 2) with the rotated filter on a direct kernel, one launch, instead
+    of asking the C API for a dgrad kernel it does not have (the GPU run of the first version: "no conv kernel of this
+    library runs dgrad f16", before the route's cache key took a torch.Size). The generated C API with stand-in shims
+    that accept every problem; torch's CPU tensors."""
+    torch = pytest.importorskip("torch")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import test_conv_library as tl
+
+    if tl.CXX is None:
+        pytest.skip("needs a host C++ compiler")
+    from emitter.emit import emit
+    from emitter.library.export import export_library
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("kernels:\n" + "".join("  - " + t.rstrip().replace("\n", "\n    ") + "\n"
+                                           for t in (DW, DW16, DW.replace("stride: 1", "stride: 2"), ANY, MULTIPLE)))
+    emit([spec], tmp_path / "gen", jobs=1)
+    export_library([tmp_path / "gen"], tl.LIB, tmp_path / "lib")
+    out = tmp_path / "lib"
+    m = tl._loader(out, tl._build_so(tmp_path, out), "dwdgrad")
+    m.init_torch()
+    names = {torch.float16: "f16"}
+    real_view = m.operand_view
+    m.operand_view = lambda x, want, what, fallback=None: (
+        (x.data_ptr(), x.shape, x.stride(), names[x.dtype], 0, x) if isinstance(x, torch.Tensor) and x.dtype in names
+        else real_view(x, want, what, fallback))
+    m.current_device = lambda: 0
+    m.raw_stream = lambda dev: 0x5000 + max(dev, 0)
+    m._conv_empty = lambda shape, tdt, dev: torch.empty_strided(shape, m._channels_last(shape), dtype=tdt)
+    m._CONV_SMS.update({0: 132, -1: 132})
+    kernels = m.conv_kernels()
+    assert all("_fprop_" in n for n in kernels) and sum("_dwdirect_" in n for n in kernels) == 4, kernels
+    runs = ctypes.c_int.in_dll(m._lib, "g_runs")
+    lastk = ctypes.c_int.in_dll(m._lib, "g_last_kernel")
+    cl = torch.channels_last
+    for st in (1, 2):
+        c, h, pad = 144, 20, 1
+        x = torch.randn(2, c, h, h + 1).half().to(memory_format=cl)
+        w = torch.randn(c, 1, 3, 3).half().to(memory_format=cl)
+        ys = torch.nn.functional.conv2d(x.float(), w.float(), stride=st, padding=pad, groups=c)
+        gy = torch.randn_like(ys).half().contiguous(memory_format=cl)
+        sel = m.conv_select("dgrad", None, w, gy, stride=st, padding=pad, groups=c, shape=x.shape)
+        assert sel.get("route", "").startswith("depthwise fprop of dy (rotated filter"), sel
+        before = runs.value
+        gx = m.conv2d_input_grad(gy, w, x.shape, stride=st, padding=pad, groups=c)
+        assert runs.value == before + 1 and "_dwdirect_" in kernels[lastk.value], kernels[lastk.value]
+        e = tl.last(m)
+        assert (e["groups"], e["c"], e["k"], e["stride"], e["pad_front"]) == (c, c, c, (1, 1, 1), (0, 1, 1)), e
+        assert (e["h"], e["w"], e["p"], e["q"]) == ((ys.shape[2] - 1) * st + 1 + (h + 2 - 3) % st,
+                                                    (ys.shape[3] - 1) * st + 1 + (h + 3 - 3) % st, h, h + 1), e
+        assert e["ptr_y"] == gx.data_ptr() and tuple(gx.shape) == tuple(x.shape)

@@ -1,12 +1,14 @@
 """The depthwise direct kernel (`kernel: depthwise_direct`, sm80; Hopper runs the sm_80 build) on the GPU: every
 instance of configs/conv/depthwise.yaml (f16 and bf16; 3x3 stride 1 and 2, 5x5, 7x7, 3x3 at a run-time stride and
 dilation) on its default problems against the float64 reference (C = K = groups under, at and past a CTA's channel
-block, H and W no multiples of the output tile, padding 0..3, asymmetric padding, alpha / beta, three CTAs along the
-output tiles); the planted bugs caught for their reason; the output against cuDNN (F.conv2d(groups=C) on
-channels_last tensors) with the workspace poisoned first (a CTA reading a filter element it did not reorder itself
+block, H and W no multiples of the output tile, padding 0..3, asymmetric padding, alpha / beta, a 56 x 56 x 144
+layer at batch 8 -- run twice more on its own: hundreds of CTAs, where CTAs walking several output tiles raced);
+the planted bugs caught for their reason; the output against cuDNN (F.conv2d(groups=C) on channels_last tensors, in
+the instance's dtype) with the workspace poisoned first (a CTA reading a filter element it did not reorder itself
 reads NaN); and an exported library (these kernels beside a grouped implicit GEMM that also runs depthwise problems)
 picking the direct kernel for a depthwise fprop (conv_select's kernel) and for the fprop of dy that the loader's
-depthwise dgrad runs, with conv2d / conv2d_input_grad against torch.
+depthwise dgrad runs, with conv2d / conv2d_input_grad against torch, and a run-time stride whose shared memory
+outgrows the first call's.
 
 EMITTER_CONV_DW_GPU_DIR: a directory where configs/conv/depthwise.yaml was emitted and built; otherwise the test emits
 and builds it. EMITTER_CONV_DW_LIBRARY: an exported and built library tree (name convdw) to use instead of building one."""
@@ -88,6 +90,25 @@ def test_every_direct_instance_passes_its_default_problems(kernels):
     assert passed >= 8 * len(kernels)
 
 
+def test_every_direct_instance_passes_a_large_layer(kernels):
+    """MobileNet's 56 x 56 x 144 layer at batch 8 (its verify problem; 392 CTAs a channel block, several on every SM):
+    where the exported library's fprop had been wrong (relative error 5.8e-2) though every small problem passed -- a
+    CTA then walked several output tiles and raced in CUTLASS's fused epilogue. Against the float64 reference."""
+    from emitter.families.conv import runtime as hooks
+    from emitter.families.conv.runner import run_case
+
+    failures = []
+    for name, k in kernels.items():
+        big = [(p, d) for p, d in hooks.default_problems(k.cfg) if (p.n, p.h, p.w, p.c) == (8, 56, 56, 144)]
+        assert len(big) == 1, name
+        for seed in (11, 12):          # twice: a race need not show on every launch
+            v = run_case(k, big[0][0], big[0][1], seed)
+            print(name, v["status"], v["problem"], f"rel_err={v.get('rel_err')}", v.get("reason", ""))
+            if v["status"] != "PASSED":
+                failures.append(f"{name} {v['problem']}: {v['status']} {v.get('reason')}")
+    assert not failures, "\n".join(failures)
+
+
 def test_planted_bugs_on_direct_instances_are_caught_for_their_reason(kernels):
     from emitter.families.conv.runner import expected_reason, planted_bugs, planted_problem, run_case
 
@@ -113,7 +134,7 @@ def test_output_matches_cudnn_with_the_workspace_poisoned(kernels):
     torch.manual_seed(0)
     ran = set()
     for name, k in kernels.items():
-        dt = torch.float16 if k.cfg.a.value == "f16" else torch.bfloat16
+        dt = torch.float16 if k.cfg.a.yaml == "f16" else torch.bfloat16     # (DType.value is a tuple)
         for c, h, r, st, pad in LAYERS:
             p = ConvProblem(n=4, h=h, w=h + 3, c=c, k=c, groups=c, r=r, s=r, pad_front=(0, pad, pad),
                             pad_back=(0, pad, pad), stride=(1, st, st))
@@ -135,7 +156,7 @@ def test_output_matches_cudnn_with_the_workspace_poisoned(kernels):
             rel = float((got - want).norm() / want.norm())
             print(name, (c, h, r, st, pad), f"rel vs cuDNN {rel:.2e}", "grid", list(launch.grid))
             assert torch.isfinite(got).all() and rel < (5e-3 if dt == torch.float16 else 2e-2), (name, rel)
-            ran.add((r, st, k.cfg.a.value))
+            ran.add((r, st, k.cfg.a.yaml))
     assert {(3, 1, "f16"), (3, 2, "f16"), (5, 1, "f16"), (7, 1, "f16"), (3, 1, "bf16"), (7, 1, "bf16")} <= ran
 
 
@@ -225,6 +246,14 @@ def test_library_falls_back_to_the_grouped_kernel_where_no_direct_kernel_fits(li
     y = lib.conv2d(x, w, stride=1, padding=2, dilation=2, groups=64)
     torch.cuda.synchronize()
     _close(y, F.conv2d(x, w, stride=1, padding=2, dilation=2, groups=64), "run-time dilation", 5e-3)
+    # then a larger window (stride 2 and dilation 2: 143360 bytes of shared memory against the 57344 above): the
+    # library's > 48 KiB opt-in must cover it, not stay at the first call's bytes
+    xb = torch.randn(2, 64, 40, 40, device="cuda", dtype=torch.float16).to(memory_format=torch.channels_last)
+    sel = lib.conv_select("fprop", xb, w, None, stride=2, padding=2, dilation=2, groups=64)
+    assert "_stany_dlany_" in sel["kernel"], sel
+    y = lib.conv2d(xb, w, stride=2, padding=2, dilation=2, groups=64)
+    torch.cuda.synchronize()
+    _close(y, F.conv2d(xb, w, stride=2, padding=2, dilation=2, groups=64), "run-time stride 2, dilation 2", 5e-3)
     w4 = torch.randn(64, 1, 4, 4, device="cuda", dtype=torch.float16).to(memory_format=torch.channels_last)
     sel = lib.conv_select("fprop", x, w4, None, stride=1, padding=1, groups=64)  # a 4x4 filter: no direct kernel
     assert "_groupmultiple" in sel["kernel"], sel

@@ -62,7 +62,7 @@ def test_direct_instance_launch_workspace_and_ctas(built):
     assert status == EMITTER_OK
     d = launch.as_dict()
     tiles = 2 * 2 * 2                                      # N x ceil(13/8) x ceil(11/8) output tiles
-    assert d["grid"] == [1, 3, tiles // 2]                 # 144 channels: 3 blocks of 64; each CTA >= 2 tiles
+    assert d["grid"] == [1, 3, tiles]                      # 144 channels: 3 blocks of 64; a CTA an output tile
     assert d["block"] == [128, 1, 1]                       # 8x8 pixels / 16 a warp = 4 warps
     assert d["workspace_bytes"] == -(-144 * 9 * 2 // 256) * 256     # the reordered [R*S][K] filter
     # 4 stages of the larger of the 10x10 input window (7 rounds of 128 threads' 16-byte loads) and the epilogue's
@@ -72,11 +72,17 @@ def test_direct_instance_launch_workspace_and_ctas(built):
     wide = dw(stride=(1, 2, 2), dilation=(1, 2, 2))        # refused here (stride 1 compiled): the formula alone
     assert smem_bytes((8, 8, 64), (3, 3), 16, (2, 2), (2, 2), 3, 2, 4) == 3 * 23 * 128 * 16 + 128 * 16
     assert shim.query(c_problem_from(wide, PTRS))[0] == EMITTER_CANNOT_IMPLEMENT
-    status, launch = shim.query(c_problem_from(replace(p, split_k=3), PTRS))
-    assert status == EMITTER_OK and launch.as_dict()["grid"] == [1, 3, 3]      # the caller's CTA count
-    big = dw(c=384, n=128, h=56, w=56)                     # 6272 tiles: about 2048 CTAs
+    # a CTA walking several tiles races in CUTLASS's fused epilogue (depthwise_device.cu.j2): no CTA count of the
+    # caller's (split_k), one CTA a tile however large the problem, up to the grid's 65535 along z
+    assert shim.query(c_problem_from(replace(p, split_k=3), PTRS))[0] == EMITTER_CANNOT_IMPLEMENT
+    big = dw(c=384, n=128, h=56, w=56)                     # 6272 tiles
     status, launch = shim.query(c_problem_from(big, PTRS))
-    assert status == EMITTER_OK and launch.as_dict()["grid"] == [1, 6, -(-2048 // 6)]
+    assert status == EMITTER_OK and launch.as_dict()["grid"] == [1, 6, 6272]
+    most = dw(n=65535, h=8, w=8)                           # 65535 tiles of 8x8
+    assert shim.query(c_problem_from(most, PTRS))[0] == EMITTER_OK and not not_supported_reasons(_cfg.cfg, most)
+    over = dw(n=65536, h=8, w=8)
+    assert shim.query(c_problem_from(over, PTRS))[0] == EMITTER_CANNOT_IMPLEMENT
+    assert not_supported_reasons(_cfg.cfg, over)
 
 
 @pytest.mark.nvcc
@@ -92,6 +98,8 @@ def test_direct_instance_refuses_what_it_cannot_run_as_not_supported_reasons_say
         "C % 8": dw(c=20),
         "bias": replace(dw(), bias=True),
         "3D": dw(d=3, t=1),
+        "split_k 3": replace(dw(), split_k=3),
+        "65536 tiles": dw(n=16384, h=32, w=32),
     }
     for what, p in refused.items():
         status, _ = shim.query(c_problem_from(p, {**PTRS, "bias": 1 << 23} if p.bias else PTRS))

@@ -304,7 +304,9 @@ def group_reasons(cfg: Mapping[str, Any], p: ConvProblem) -> list[str]:
 def depthwise_direct_reasons(cfg: Mapping[str, Any], p: ConvProblem) -> list[str]:
     """What a `kernel: depthwise_direct` instance (sm80 depthwise direct convolution) refuses -- its shim's
     EMITTER_CANNOT_IMPLEMENT rules, said before a launch: depthwise problems only (groups = C = K), 2D, the compiled
-    filter size, stride and dilation (unless compiled as `any`), C a multiple of the 128-bit channel vector, no bias."""
+    filter size, stride and dilation (unless compiled as `any`), C a multiple of the 128-bit channel vector, no bias,
+    no split_k (a CTA computes one output tile: templates/conv/sm80/depthwise_device.cu.j2 says why), at most 65535
+    output tiles (the grid's z)."""
     out = []
     if not p.groups == p.c == p.k:
         out.append(f"groups={p.groups}, C={p.c}, K={p.k}: kernel depthwise_direct runs depthwise convolutions only "
@@ -330,6 +332,15 @@ def depthwise_direct_reasons(cfg: Mapping[str, Any], p: ConvProblem) -> list[str
                    f"channels at a time)")
     if p.bias:
         out.append("the problem has a bias, this instance has no bias epilogue")
+    if p.split_k > 1:
+        out.append(f"split_k={p.split_k}: the direct kernel has no reduction to split; it runs a CTA an output tile")
+    tile = cfg.get("tile")
+    if tile and not p.dims == 3:
+        _, pp, qq = p.output_extents()
+        tiles = p.n * -(-max(pp, 1) // int(tile[0])) * -(-max(qq, 1) // int(tile[1]))
+        if tiles > 65535:
+            out.append(f"{tiles} output tiles of {tile[0]}x{tile[1]} (N * P * Q): the direct kernel runs a CTA a tile, at "
+                       f"most 65535 along the grid's z")
     return out
 
 
@@ -353,8 +364,9 @@ def depthwise_direct_smem(cfg: Mapping[str, Any], p: ConvProblem) -> tuple[int, 
 def _depthwise_direct_problems(cfg: Mapping[str, Any], quick: bool) -> list[ConvProblem]:
     """For a depthwise_direct instance: its filter at its stride and dilation (1 and 2 each where compiled as any),
     C = K = groups below one CTA's channel block, a whole block and a partial one, H and W no multiples of the output
-    tile, padding 0..3 (asymmetric too), alpha and beta != 0, and one launch spread over 3 CTAs along the output
-    tiles (split_k=3: CTA z walks tiles z, z + 3, ..., the last ones past the end)."""
+    tile, padding 0..3 (asymmetric too), alpha and beta != 0, and (not quick) MobileNet's 56 x 56 x 144 at batch 8:
+    hundreds of CTAs on every SM at once, where a CTA walking several output tiles raced (the shim now runs a CTA a
+    tile; small problems passed either way)."""
     r, s = (list(cfg.get("filter") or [3, 3]) + [3, 3])[:2]
     al = max(int(cfg["alignment_a"]), 8)
     ch = int(cfg["tile"][2])
@@ -379,10 +391,12 @@ def _depthwise_direct_problems(cfg: Mapping[str, Any], quick: bool) -> list[Conv
             dw(ch + al, st, dl, 17, 5, (2, 1), (3, 2), n=1, beta=-1.0),                    # asymmetric padding
         ]
         if i == 0:
-            out += [dw(ch, st, dl, 9, 9, (3, 3), (3, 3), split_k=3, beta=1.0),            # padding 3, 3 CTAs
+            out += [dw(ch, st, dl, 9, 9, (3, 3), (3, 3), beta=1.0),                        # padding 3
                     dw(al * 3, st, dl, 0, 0, (1, 0), (0, 1), n=5)]                         # the smallest input
             if not quick:
                 out.append(dw(3 * ch, st, dl, 26, 25, half, half, n=4, beta=0.25))
+                # a large layer: N * P * Q / 64 CTAs along the tiles, a partial channel block for 64-channel tiles
+                out.append(dw(144, st, dl, 55 - dl[0] * (r - 1), 55 - dl[1] * (s - 1), half, half, n=8))   # 56 x 56
     return out
 
 

@@ -2,8 +2,9 @@
 convolution, conv::kernel::DefaultDepthwiseDirect2dConvFprop -> conv::kernel::DirectConvolution (example 46).
 
 A CTA computes a P x Q output tile of one image for `tile n` channels (the spec's `tile` is P x Q x channels): it
-keeps the tile's R x S filter taps in shared memory, loads the input window of each output tile it walks (cp.async,
-`stages` deep) and accumulates in SIMT registers -- no GEMM, so nothing of the implicit GEMM's one-channel K loop.
+keeps the tile's R x S filter taps in shared memory, loads the tile's input window (cp.async) and accumulates in SIMT
+registers -- no GEMM, so nothing of the implicit GEMM's one-channel K loop. One CTA an output tile (the shim's grid):
+a CTA walking several raced in CUTLASS's fused epilogue (templates/conv/sm80/depthwise_device.cu.j2 says how).
 The filter size is compiled in; so are stride and dilation (IteratorAlgorithm::kFixedStrideDilation) unless the
 spec says `any` (kOptimized: read at run time, the input window's shared memory sized at launch).
 

@@ -265,9 +265,21 @@ CUTLASS_DEVICE void run(Params const& params, int* shared_storage) {
 using Arguments = typename ConvKernel::Arguments;
 using Device = cutlass::conv::device::DirectConvolution<ConvKernel>;   // can_implement only (it would launch twice)
 
-// CTAs along the output tiles when the caller leaves it to the instance (split_k_slices = 1): about this many
-// CTAs in all, each walking at least two output tiles (its filter block and pipeline fill are paid once a CTA)
-static constexpr long long kTargetCtas = 2048;
+// One CTA an output tile: grid (1, channel blocks, N * tiles of P x Q), CUTLASS's split_k_slices = the tile count, so
+// every CTA's main loop runs exactly one iteration. A CTA walking several tiles computes wrong outputs: CUTLASS's
+// DepthwiseFpropDirectConvMultipleStage fuses the epilogue into the main loop and stages the tile's accumulators in
+// the shared-memory stage of the input window it has just read (smem_base_offset = filter + (iteration % stages) *
+// window); the next iteration's first cp.async refills that very stage with no barrier after the epilogue's shared
+// loads (a race: a fast warp's copy -- a zero fill past the last tile lands at once -- overwrites accumulators a
+// slow warp has still to read), and an f32 staging (P*Q x channels x 4 bytes) larger than a window stage (8x8x64 3x3
+// at stride 1: 16384 > 14336 bytes) overwrites the start of the next tile's window, which the run-time-stride
+// (kOptimized) warp iterator reads tap by tap afterwards. With one iteration there is no next tile: the copies still
+// in flight at the epilogue fill stages 2.. (past the end of the problem), and the staging (at most two window stages:
+// the window holds at least P x Q pixels of 2-byte channels) reaches into stage 1 only, whose copy has landed and
+// which nothing reads. (Upstream accumulates f16 in its tests -- a staging no larger than a window stage -- and
+// runs split_k_slices = 16, mostly on problems of at most 16 tiles; the race needs busy SMs to show.)
+
+static constexpr long long kMaxTiles = 65535;   // grid z: N * ceil(P / tile P) * ceil(Q / tile Q) at most this
 
 inline bool aligned_pointer(void const* ptr, int alignment_elements, int element_bits) {
   return ptr == nullptr ||
@@ -287,6 +299,7 @@ inline int make_arguments(emitter_conv_problem const* p, bool need_pointers, voi
   for (int i = 0; i < 3; ++i)
     if (p->pad_front[i] < 0 || p->pad_back[i] < 0 || p->stride[i] < 1 || p->dilation[i] < 1) return EMITTER_INVALID_ARGUMENT;
   if (p->split_k_slices < 1 || p->options != 0 || p->reserved != 0) return EMITTER_INVALID_ARGUMENT;
+  if (p->split_k_slices != 1) return EMITTER_CANNOT_IMPLEMENT;   // no reduction to split: a CTA per output tile
   if (p->groups < 1 || p->c % p->groups || p->k % p->groups) return EMITTER_INVALID_ARGUMENT;
   if (p->groups != p->c || p->k != p->c) return EMITTER_CANNOT_IMPLEMENT;   // depthwise only: groups = C = K
   if (p->d != 1 || p->t != 1 || p->pad_front[0] != 0 || p->pad_back[0] != 0 || p->stride[0] != 1 || p->dilation[0] != 1)
@@ -339,15 +352,12 @@ inline int make_arguments(emitter_conv_problem const* p, bool need_pointers, voi
       !aligned_pointer(out_ptr, kAlignmentC, cutlass::sizeof_bits<ElementC>::value))
     return EMITTER_CANNOT_IMPLEMENT;
 
-  // CTAs along the output tiles (CUTLASS's split_k_slices: no reduction, CTA z walks tiles z, z + split, ...)
+  // CTAs along the output tiles: one a tile (CUTLASS's split_k_slices = the tile count; see the top of this level)
   long long const tiles = (long long)p->n * ((o[1] + ThreadBlockOutputShape::kH - 1) / ThreadBlockOutputShape::kH) *
                           ((o[2] + ThreadBlockOutputShape::kW - 1) / ThreadBlockOutputShape::kW);
   long long const blocks = (p->k + kChannels - 1) / kChannels;
-  long long split = p->split_k_slices > 1 ? p->split_k_slices : (kTargetCtas + blocks - 1) / blocks;
-  long long const cap = p->split_k_slices > 1 ? tiles : (tiles + 1) / 2;
-  if (split > cap) split = cap;
-  if (split < 1) split = 1;
-  if (split > 65535 || blocks > 65535) return EMITTER_CANNOT_IMPLEMENT;
+  if (tiles > kMaxTiles || blocks > 65535) return EMITTER_CANNOT_IMPLEMENT;   // grid z and y limits
+  long long const split = tiles;
 
   cutlass::conv::Conv2dProblemSize problem(p->n, p->h, p->w, p->c, p->k, p->r, p->s, o[1], o[2],
                                            p->pad_front[1], p->pad_front[2], p->stride[1], p->stride[2],
