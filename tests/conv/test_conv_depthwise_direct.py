@@ -31,6 +31,7 @@ GOLDEN = ROOT / "tests" / "golden" / "conv" / "sm80" / "depthwise_direct" / "ins
 UPDATE = os.environ.get("EMITTER_UPDATE_GOLDEN") == "1"
 DW = "family: conv\narch: sm80\nop: fprop\ndtype: f16\nkernel: depthwise_direct\ntile: 8x8x64\nfilter: 3x3\nstride: 1\n"
 ANY = DW.replace("stride: 1\n", "stride: any\ndilation: any\n")
+DW5 = DW.replace("tile: 8x8x64\nfilter: 3x3", "tile: 8x8x16\nfilter: 5x5")     # its row_short reads bottom padding
 
 
 def one(text: str):
@@ -216,7 +217,7 @@ def test_fake_backend_passes_the_default_problems(text):
         assert v["status"] == "PASSED", (p.label(data), v["reason"])
 
 
-@pytest.mark.parametrize("text", [DW, ANY])
+@pytest.mark.parametrize("text", [DW, ANY, DW5])
 def test_runner_planted_launches_on_depthwise_direct_instances(text):
     """The GPU runner's planted launches for a direct instance (its planted problem runs on it; a compiled stride
     leaves stride_ignored out) run by the CPU stand-in kernel of test_conv_runner_cpu.py: each bug fails for its
