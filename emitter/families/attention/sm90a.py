@@ -267,8 +267,8 @@ def nested_q_view(plan: SplitPlan, stride_q: tuple[int, int, int], batch: int, h
 def split_plan(inst: AttentionInstance, batch: int, heads_q: int, heads_kv: int, seq_q: int, seq_k: int) -> SplitPlan:
     """What a split_kv instance's shim does with a problem (templates/attention/sm90a/device.cu.j2, split_shape,
     split_count, split_layout; tests/attention/test_attention_anylen.py compares them): grouped heads pack the
-    query heads of a KV head into one tile's rows (pack_of); the shares as split_count says; the workspace holds a counter per (batch, head,
-    16 rows) and per share the LSE and the normalized O (f32) of every row."""
+    query heads of a KV head into one tile's rows (pack_of); the shares as split_count says; the workspace holds
+    a counter per (batch, head, 16 rows) and per share the LSE and the normalized O (f32) of every row."""
     group = heads_q // heads_kv
     pack, rows_q = pack_of(inst, heads_q, heads_kv, seq_q)
     heads = heads_kv if pack > 1 else heads_q
