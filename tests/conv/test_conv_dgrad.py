@@ -96,10 +96,12 @@ def test_sm80_strided_dgrad_alignments_that_ran_right_are_accepted():
         assert not isinstance(inst, Rejection), inst
 
 
-def test_sm90a_strided_dgrad_is_refused_with_the_sm80_route():
-    r = one("family: conv\narch: sm90a\nop: dgrad\ndtype: f16\ntile: 128x128x64\nstride_support: strided\n")
-    assert isinstance(r, Rejection) and r.rule == "dgrad-strided-3x"
-    assert "arch: sm80 with stride_support: strided" in r.reason and "stride_support: unity" in r.reason
+def test_sm90a_strided_dgrad_is_the_stride_phase_kernel_and_refuses_f32_with_the_sm80_route():
+    inst = one("family: conv\narch: sm90a\nop: dgrad\ndtype: f16\ntile: 128x128x64\nstride_support: strided\n")
+    assert not isinstance(inst, Rejection) and inst.stride_support is StrideSupport.strided   # test_conv_sm90a_strided*
+    r = one("family: conv\narch: sm90a\nop: dgrad\ndtype: f32\ntile: 128x128x32\nstride_support: strided\n")
+    assert isinstance(r, Rejection) and r.rule == "dgrad-strided-dtype"
+    assert "arch: sm80 with stride_support: strided" in r.reason
 
 
 def test_dgrad_defaults_to_unity_and_unity_refuses_stride():

@@ -12,6 +12,10 @@ one cannot cancel in the other. Planted faults (FAKE_FAULTS) imitate kernel bugs
   conv_group_offset         grouped problems: the group's channel offset never applied, so every group reads
                             (dgrad: writes, wgrad: correlates with) the input channels of group 0
 
+An sm90a `stride_support: strided` dgrad (phased_dgrad) is computed as its kernel computes it: one unit-stride dgrad a
+stride phase (sm90a.dgrad_phase_plan: filter view w[r0::s], dx view dx[a::s]), the dx no phase writes left at 0,
+so a wrong phase plan (a tap, a row or a phase missed) fails on CPU.
+
 Grouped problems (p.groups > 1) are computed as the ungrouped convolution with a block-diagonal filter (zero
 outside each group's input channels), not by slicing groups as reference.py does.
 
@@ -148,6 +152,31 @@ def fake_conv(op: str, p: Any, x: np.ndarray, w: np.ndarray, y: np.ndarray, faul
                         hit, flat = _halo_alias(n_i, di, hi, wi, out.shape, ok)
                         np.add.at(out.reshape(-1, C), flat, colgrad[hit, col:col + C])
                     col += C
+    return out
+
+
+def phased_dgrad(p: Any, w: np.ndarray, y: np.ndarray, faults: Mapping[str, Any] = {}) -> np.ndarray:
+    """dgrad of a strided problem through the stride phases of sm90a's strided dgrad (each a unit-stride dgrad by
+    fake_conv on the phase's views; the dx no tap reaches stays 0, the epilogue adds beta * source after)."""
+    from dataclasses import replace
+
+    from emitter.families.conv.sm90a import dgrad_phase_plan
+
+    if "conv_stride_ignored" in faults:     # the stride dropped: no phases, the plain window stepped by 1
+        return fake_conv("dgrad", p, None, w, y, faults)
+    out = np.zeros(p.shape("x"))
+    for ph in dgrad_phase_plan(p):
+        if not ph["runs"]:
+            continue
+        (r0d, r0h, r0w), (md, mh, mw), st = ph["r0"], ph["taps"], p.stride
+        wv = w[:, r0d::st[0], r0h::st[1], r0w::st[2]][:, :md, :mh, :mw]
+        tc = ph["conv"]
+        q = replace(p, d=tc[0], h=tc[1], w=tc[2], t=md, r=mh, s=mw, pad_front=ph["pad"], pad_back=ph["pad_back"],
+                    stride=(1, 1, 1))
+        assert q.output_extents() == p.output_extents(), (p, ph)    # dy is read whole by every phase
+        (ad, ah, aw) = ph["a"]
+        view = out[:, ad::st[0], ah::st[1], aw::st[2]]
+        view[:, :tc[0], :tc[1], :tc[2]] = fake_conv("dgrad", q, None, wv, y, faults)
     return out
 
 

@@ -256,6 +256,13 @@ def not_supported_reasons(cfg: Mapping[str, Any], p: ConvProblem) -> list[str]:
         corner = 1 << (16 // dims - 1)
         if max(p.pad_front) > corner:
             reasons.append(f"padding above {corner}: the im2col TMA corner offset is a signed {16 // dims}-bit value")
+        if op == "dgrad" and cfg.get("stride_support") == "strided" and max(p.stride) > 1:
+            from emitter.families.conv.sm90a import STRIDED_DGRAD_MAX_PHASES
+            if any(st > 1 and dl > 1 for st, dl in zip(p.stride, p.dilation)):
+                reasons.append("dilation > 1 in a strided dim: sm90a strided dgrad's stride phases take dilation 1")
+            if p.stride[0] * p.stride[1] * p.stride[2] > STRIDED_DGRAD_MAX_PHASES:
+                reasons.append(f"stride {list(p.stride)}: {p.stride[0] * p.stride[1] * p.stride[2]} stride phases, "
+                               f"one launch of sm90a strided dgrad holds {STRIDED_DGRAD_MAX_PHASES}")
         offset = (1 << (16 // dims)) - 1
         for i, f in enumerate((p.t, p.r, p.s)):
             if (f - 1) * p.dilation[i] >= offset:

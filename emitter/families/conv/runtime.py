@@ -180,7 +180,10 @@ def fake_run(cfg: ConvConfig, p: ConvProblem, buffers: Mapping[str, Any],
     in_dt = DType.f32 if cfg.a is DType.tf32 else cfg.a
     vals = {t: hostdata.decode(np.asarray(buffers[t]), in_dt) for t in ("x", "w", "y") if buffers.get(t) is not None}
     out_name = {"fprop": "y", "dgrad": "x", "wgrad": "w"}[cfg.op]
-    acc = _fake.fake_conv(cfg.op, p, vals.get("x"), vals.get("w"), vals.get("y"), faults)
+    if cfg.op == "dgrad" and cfg.arch == "sm90a" and cfg.stride_support == "strided" and max(p.stride) > 1:
+        acc = _fake.phased_dgrad(p, vals["w"], vals["y"], faults)     # the stride phases of sm90a's strided dgrad
+    else:
+        acc = _fake.fake_conv(cfg.op, p, vals.get("x"), vals.get("w"), vals.get("y"), faults)
     # the epilogue, written out here (not reference.py's): alpha, beta * source, bias, activation
     res = acc * p.alpha
     if p.beta != 0.0:

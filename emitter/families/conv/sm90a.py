@@ -32,6 +32,18 @@ kernel leaves on 9 SMs. The same conv collectives run under emitter's persistent
 split_k_slices > 1 cuts each tile's k-tiles into that many units (1: CUTLASS's stream-K heuristic), the units of a
 tile sum f32 partials in the workspace (atomic adds, so the last bits may differ run to run) and its last unit runs
 the epilogue. Mainloop and epilogue shared memory are separate there, which the stage count already allows for.
+
+`stride_support: strided` (dgrad): CUTLASS 4.2's sm90 dgrad collective is unit-stride only (its im2col TMA steps dy
+by the traversal stride, fprop's gather; the strided-dgrad collective is sm100's). emitter's strided dgrad is the
+stride-phase decomposition (dgrad_phase_plan below): per spatial dim of stride s, the dx rows i = s*t + a receive
+the taps r = r0 + s*m only, r0 = (a + pad) mod s, and
+    dx[s*t + a] = sum_m w[r0 + s*m] * dy[t + c - m],   c = (a + pad - r0) / s
+a UNIT-stride dgrad of the filter view w[r0::s] (stride s*stride_w), front padding c, on the dx view dx[a::s]
+(stride s*stride_x), dy unchanged. Each phase is CUTLASS's unit-stride sm90 dgrad (its ConvProblemShape takes the
+views' strides and the phase's lower / upper padding); templates/conv/sm90a/strided_kernel.cu.j2 runs the phases
+as the z-slices of ONE launch (each phase's Params, TMA descriptors included, in the kernel's by-value Params) and
+a last slice writes beta * source (0 at beta = 0) where no tap lands: the phases without taps (a 1x1 filter at
+stride 2: three of four) and the rows past the last dy row a phase reads.
 """
 
 from __future__ import annotations
@@ -109,15 +121,9 @@ def resolve(inst: ConvInstance) -> ConvInstance | Rejection:
                                                       f"schedules are for `kernel: gemm_1x1` (1x1 fprop/wgrad): remove "
                                                       f"schedule/scheduler/swap_ab or add kernel: gemm_1x1")
     if inst.op is ConvOp.dgrad and inst.stride_support is StrideSupport.strided:
-        # CUTLASS 4.2's sm90 collective hands the problem's traversal stride to dy's im2col TMA, which then steps
-        # dy by the stride (fprop's gather), where strided dgrad needs dy[(h + pad - r) / stride] for the taps that
-        # divide; its can_implement does not refuse stride > 1 (a wrong result, not an error). CUTLASS's strided
-        # dgrad collective (tiled TMA for both operands, one stride phase at a time) exists for sm100 only.
-        return reject(inst, "dgrad-strided-3x", "CUTLASS's sm90 dgrad collective computes unit-stride dgrad only (its "
-                                                "im2col TMA steps dy by the traversal stride, fprop's gather; the "
-                                                "strided-dgrad collective is sm100's): use stride_support: unity, and "
-                                                "arch: sm80 with stride_support: strided for stride > 1 (it runs on "
-                                                "Hopper)")
+        why = _strided_dgrad_rejection(inst, a)
+        if why is not None:
+            return why
     if inst.split_k is not SplitK.none:
         why = _split_k_rejection(inst, a)
         if why is not None:
@@ -163,6 +169,62 @@ def resolve(inst: ConvInstance) -> ConvInstance | Rejection:
     if inst.epilogue.activation is not Activation.identity and inst.epilogue_compute is not DType.f32:
         return reject(inst, "activation-compute", "activations are computed in float: use epilogue: f32")
     return inst.replace(a=a, cluster=cl, alignment_a=al[0], alignment_b=al[1], alignment_c=al[2], stages=stages)
+
+
+# the stride phases one launch holds (z-slices): stride_d * stride_h * stride_w of a problem, up to 3x3 (2D) and
+# 2x2x2 (3D). The kernel's by-value Params hold one CUTLASS Params a phase (1536 bytes for f16 128x128x64): about
+# 14 KiB, within CUDA 12.1's 32764-byte kernel-parameter limit (Volta and later), not the older 4 KiB.
+STRIDED_DGRAD_MAX_PHASES = 9
+
+
+def _strided_dgrad_rejection(inst: ConvInstance, a: DType) -> Rejection | None:
+    """`stride_support: strided` on sm90a dgrad: the stride phases of emitter's kernel (see the module text)."""
+    if a not in (DType.f16, DType.bf16):
+        return reject(inst, "dgrad-strided-dtype", f"strided dgrad on sm90a is built for f16 and bf16 ({inst.a}: the "
+                                                   f"phases' zero-tap slice writes beta * source in 16-bit types): "
+                                                   f"use dtype f16 or bf16, or arch: sm80 with stride_support: strided")
+    if inst.epilogue.activation is not Activation.identity:
+        return reject(inst, "dgrad-strided-activation", f"activation {inst.epilogue.activation}: strided dgrad on "
+                                                        f"sm90a writes a plain gradient (alpha * dgrad + beta * "
+                                                        f"source): remove the activation")
+    if inst.split_k is not SplitK.none:
+        return reject(inst, "dgrad-strided-split-k", f"split_k {inst.split_k}: strided dgrad on sm90a runs its "
+                                                     f"stride phases side by side in one launch: remove split_k")
+    return None
+
+
+def _dgrad_phase_dim(extent: int, taps: int, stride: int, pad: int, out: int, a: int) -> tuple[int, ...]:
+    """One spatial dim of phase a: (r0, taps M, front padding c, dx rows T, rows the unit-stride dgrad computes Tc,
+    its back padding). Rows t >= Tc read only dy rows past the last one (t + c - m >= P for every tap m): they are
+    beta * source, like a phase without taps; below Tc the unit-stride problem's dy extent Tc + c + pad_back - M + 1
+    is exactly P with pad_back >= 0, so dy is passed whole."""
+    r0 = (a + pad) % stride
+    m = 0 if r0 >= taps else (taps - 1 - r0) // stride + 1
+    c = (a + pad - r0) // stride
+    t = max(0, -(-(extent - a) // stride))
+    tc = max(0, min(t, out - c + m - 1)) if m else 0
+    return r0, m, c, t, tc, out - tc - c + m - 1
+
+
+def dgrad_phase_plan(p) -> list[dict]:
+    """The stride phases of dgrad problem p (a ConvProblem or anything with its fields), dilation 1, as the shim
+    (templates/conv/sm90a/strided_kernel.cu.j2) plans them; each phase a dict of per-dim (depth, height, width)
+    tuples: a (the dx offset), r0 (first tap), taps, pad (front), extent (dx rows T), conv (rows Tc the unit-stride
+    dgrad writes), pad_back; `runs`: whether the phase launches a unit-stride dgrad (every taps and conv > 0)."""
+    outs = p.output_extents()
+    dims = [(p.d, p.t), (p.h, p.r), (p.w, p.s)]
+    phases = []
+    for ad in range(p.stride[0]):
+        for ah in range(p.stride[1]):
+            for aw in range(p.stride[2]):
+                per = [_dgrad_phase_dim(dims[i][0], dims[i][1], p.stride[i], p.pad_front[i], outs[i], a)
+                       for i, a in enumerate((ad, ah, aw))]
+                ph = {"a": (ad, ah, aw)}
+                for j, key in enumerate(("r0", "taps", "pad", "extent", "conv", "pad_back")):
+                    ph[key] = tuple(d[j] for d in per)
+                ph["runs"] = all(m > 0 for m in ph["taps"]) and all(t > 0 for t in ph["conv"])
+                phases.append(ph)
+    return phases
 
 
 def _split_k_rejection(inst: ConvInstance, a: DType) -> Rejection | None:
@@ -334,6 +396,9 @@ def template_context(inst: ConvInstance) -> dict:
         "ptr_a": a_t,
         "ptr_b": b_t,
         "unity_stride": inst.stride_support is StrideSupport.unity,
+        # stride_support: strided dgrad -- the stride phases of strided_kernel.cu.j2 (one launch, z-slices)
+        "strided_dgrad": inst.op is ConvOp.dgrad and inst.stride_support is StrideSupport.strided,
+        "max_phases": STRIDED_DGRAD_MAX_PHASES,
         # split_k: parallel -- the persistent split-K / stream-K kernel of splitk_*.cu.j2 (device.cu.j2 passes the
         # run-time slice count to its scheduler)
         "split_k_parallel": inst.split_k is SplitK.parallel,
