@@ -8,7 +8,8 @@ On the GPU machine, from the repository root (about 2 minutes to build on 16 cor
 
 1. emit configs/conv/grouped.yaml (CUTLASS 2.x's grouped fprop, `single` and `multiple` group modes, the ungrouped
    sm80 and sm90a kernels the library runs a group at a time or on the block-diagonal weight, sm90a's split-K wgrad)
-   and configs/conv/depthwise.yaml (the depthwise direct kernels) and export them as one library (`emitter library`,
+   and configs/conv/depthwise.yaml (the depthwise direct kernels), configs/conv/depthwise_simt.yaml (emitter's SIMT
+   depthwise wgrad and fprop) and export them as one library (`emitter library`,
    CMake: sm80 kernels for sm_80, sm90a ones for sm_90a on a Hopper GPU); --library DIR reuses a built tree;
 2. per layer and op: the library's torch call (conv2d / conv2d_input_grad / conv2d_weight_grad with groups=, the
    route conv_select reports -- grouped kernel, a launch a group, block-diagonal dense, depthwise fprop of dy -- and
@@ -41,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 SPEC = ROOT / "configs" / "conv" / "grouped.yaml"
-SPECS = [SPEC, ROOT / "configs" / "conv" / "depthwise.yaml"]
+SPECS = [SPEC, ROOT / "configs" / "conv" / "depthwise.yaml", ROOT / "configs" / "conv" / "depthwise_simt.yaml"]
 NAME = "convgrouped"
 OPS = ("fprop", "dgrad", "wgrad")
 TOLERANCE = 1e-2      # relative max error of the library's output against cuDNN's (f16)

@@ -37,7 +37,7 @@ def test_spec_emits_every_route(tmp_path):
     assert {n.split("_")[1] for n in sm90a} == {"fprop", "dgrad", "wgrad"} and len(sm90a) == 5
     assert sum(n.endswith("_splitkparallel") for n in sm90a) == 2
     # the bench exports the depthwise direct kernels beside them
-    assert [p.name for p in _bench().SPECS] == ["grouped.yaml", "depthwise.yaml"]
+    assert [p.name for p in _bench().SPECS] == ["grouped.yaml", "depthwise.yaml", "depthwise_simt.yaml"]
 
 
 def test_layers_are_grouped_problems_with_emitters_flops():

@@ -35,7 +35,8 @@ def render_instance(inst, name: str, banner: str) -> str:
     from emitter.render import render_template
     # kernel: gemm_1x1 (sm90a): the 1x1 conv as a persistent GEMM, its own level templates beside the conv kernel's
     top = {"gemm_1x1": "gemm1x1_instance.cu.j2",                  # the direct depthwise kernel: its own levels (sm80)
-           "depthwise_direct": "depthwise_instance.cu.j2"}.get(inst.kernel.value, "instance.cu.j2")
+           "depthwise_direct": "depthwise_instance.cu.j2",
+           "depthwise_simt": "depthwise_simt_instance.cu.j2"}.get(inst.kernel.value, "instance.cu.j2")
     if inst.arch.cutlass_major == 3 and inst.split_k.value == "parallel":   # sm90a wgrad split over the SMs
         top = "splitk_instance.cu.j2"
     return render_template(f"{template_dir(inst.arch)}/{top}", inst=inst, name=name,

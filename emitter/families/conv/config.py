@@ -14,7 +14,7 @@ class ConvManifestError(EmitterError):
 
 
 _OPS = ("fprop", "dgrad", "wgrad")
-_KERNELS = ("implicit", "gemm_1x1", "depthwise_direct")
+_KERNELS = ("implicit", "gemm_1x1", "depthwise_direct", "depthwise_simt")
 _GROUP_MODES = ("none", "single", "multiple")
 
 

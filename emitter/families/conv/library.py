@@ -68,6 +68,8 @@ class ConvKernelRecord:
     # kernel: depthwise_direct (sm80 depthwise direct convolution; its tile is P x Q x channels): the dispatch tries it
     # first for a depthwise problem (groups = C = K), ahead of the grouped implicit GEMMs
     depthwise_direct: bool = False
+    # kernel: depthwise_simt (emitter's SIMT depthwise kernel, wgrad / fprop): tried before the direct kernels
+    depthwise_simt: bool = False
 
     @property
     def align_bytes(self) -> int:
@@ -123,7 +125,7 @@ def kernel_records(entries: Sequence[dict[str, Any]]) -> list[ConvKernelRecord]:
             iterator=cfg.iterator, unity_stride=cfg.stride_support == "unity", split_k=cfg.split_k != "none",
             activation=cfg.activation, bias=cfg.bias, clamp_min=cfg.clamp_min, clamp_max=cfg.clamp_max,
             cutlass_major=3 if cfg.arch == "sm90a" else 2, tiles_per_sm=2 if raw.get("schedule") == "pingpong" else 1,
-            depthwise_direct=cfg.kernel == "depthwise_direct"))
+            depthwise_direct=cfg.kernel == "depthwise_direct", depthwise_simt=cfg.kernel == "depthwise_simt"))
     return out
 
 

@@ -317,16 +317,19 @@ def launch_split_k(kernels: Sequence, tuning: Sequence, measured: Sequence[ConvM
 
 def depthwise_first(kernels: Sequence, q: ConvQuery, order: list[ConvCandidate]) -> list[ConvCandidate]:
     """Mirror of conv_depthwise_first (api.cpp.j2): for a depthwise problem (groups = C = K > 1) the depthwise direct
-    kernels before every other candidate (the grouped implicit GEMMs): those whose channel block (tile k) divides C,
-    widest first, then the others, each keeping its order."""
+    kernels before every other candidate (the grouped implicit GEMMs): emitter's SIMT depthwise kernels before CUTLASS's
+    direct ones, then those whose channel block (tile k) divides C, widest first, then the others, each keeping its
+    order."""
     if not (q.groups > 1 and q.groups == q.ci == q.k):
         return order
-    direct = [c for c in order if getattr(kernels[c.kernel], "depthwise_direct", False)]
+    direct = [c for c in order if getattr(kernels[c.kernel], "depthwise_direct", False)
+              or getattr(kernels[c.kernel], "depthwise_simt", False)]
 
-    def key(c: ConvCandidate) -> tuple[int, int]:
+    def key(c: ConvCandidate) -> tuple[int, int, int]:
+        simt = 0 if getattr(kernels[c.kernel], "depthwise_simt", False) else 1
         block = kernels[c.kernel].tile[2]
         whole = block > 0 and q.ci % block == 0
-        return (0, -block) if whole else (1, 0)
+        return (simt, 0, -block) if whole else (simt, 1, 0)
     return sorted(direct, key=key) + [c for c in order if c not in direct]
 
 

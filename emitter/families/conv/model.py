@@ -96,10 +96,14 @@ class ConvKernelKind(Enum):
     refused at run time (EMITTER_CANNOT_IMPLEMENT), so a library dispatch falls through to another kernel.
     depthwise_direct (sm80 2D fprop): CUTLASS 2.x's depthwise direct convolution (DefaultDepthwiseDirect2dConvFprop,
     SIMT): groups = C = K only, its filter size (and, unless `any`, stride and dilation) fixed at compile time; `tile`
-    is then the output tile a CTA computes, P x Q x channels (one image, N = 1, as CUTLASS's kernel has it)."""
+    is then the output tile a CTA computes, P x Q x channels (one image, N = 1, as CUTLASS's kernel has it).
+    depthwise_simt (sm80 2D wgrad / fprop, groups = C = K): emitter's own SIMT depthwise kernel (sm80_depthwise_simt.py),
+    a thread 8 channels, its filter size compiled in, stride / dilation / padding read at run time; `tile` is
+    positions (thread rows) x output pixels a thread x channels a CTA."""
     implicit = "implicit"
     gemm_1x1 = "gemm_1x1"
     depthwise_direct = "depthwise_direct"
+    depthwise_simt = "depthwise_simt"
 
     def __str__(self) -> str:
         return self.value
@@ -216,7 +220,9 @@ class ConvInstance:
             skip |= {"kernel", "schedule", "scheduler", "swap_ab"}
         if self.group_mode is ConvGroupMode.none:    # so does every ungrouped instance's
             skip.add("group_mode")
-        if self.kernel is not ConvKernelKind.depthwise_direct:
+        if self.kernel is ConvKernelKind.depthwise_simt:     # its filter only: stride and dilation are run-time
+            skip |= {"conv_stride", "conv_dilation"}
+        elif self.kernel is not ConvKernelKind.depthwise_direct:
             skip |= {"filter", "conv_stride", "conv_dilation"}
         out = {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name not in skip}
         out["dims"] = self.dims

@@ -5,7 +5,7 @@ conv<dims>d_<op>_<arch>_<a>_<c>_acc<acc>[_ep<compute>]_<layout>_<tile>_<w..|c..>
     [_gemm1x1_<coop|pingpong>_<persistent|streamk>[_swapab]]      (kernel: gemm_1x1 only; implicit kernels keep their names)
     [_group<single|multiple>]                                       (grouped kernels only)
 kernel: depthwise_direct replaces `_<iterator>_<stride>_swz<N>` with `_dwdirect_f<R>x<S>_st<HxW|any>_dl<HxW|any>`
-(its tile is P x Q x channels).
+(its tile is P x Q x channels); kernel: depthwise_simt with `_dwsimt_f<R>x<S>` (stride and dilation read at run time).
 Every configuration field appears (or is at its stated default), so different configs get different names.
 """
 
@@ -39,6 +39,8 @@ def instance_name(inst: ConvInstance) -> str:
         parts += ["dwdirect", "f{}x{}".format(*(inst.filter or (0, 0))),
                   "st" + step.get(inst.conv_stride, "{}x{}".format(*(inst.conv_stride or (0, 0)))),
                   "dl" + step.get(inst.conv_dilation, "{}x{}".format(*(inst.conv_dilation or (0, 0))))]
+    elif inst.kernel is ConvKernelKind.depthwise_simt:
+        parts += ["dwsimt", "f{}x{}".format(*(inst.filter or (0, 0)))]
     elif inst.arch.cutlass_major == 2:
         parts += [_ITER[inst.iterator.value], inst.stride_support.value, f"swz{inst.swizzle}"]
     else:

@@ -223,6 +223,8 @@ def not_supported_reasons(cfg: Mapping[str, Any], p: ConvProblem) -> list[str]:
         return reasons
     if cfg.get("kernel", "implicit") == "depthwise_direct":
         return depthwise_direct_reasons(cfg, p)
+    if cfg.get("kernel", "implicit") == "depthwise_simt":
+        return depthwise_simt_reasons(cfg, p)
     op, arch, dims = cfg["op"], cfg["arch"], int(cfg.get("dims", 2))
     al_a, al_b, al_c = int(cfg["alignment_a"]), int(cfg["alignment_b"]), int(cfg["alignment_c"])
     a_tensor, b_tensor = {"fprop": ("x", "w"), "dgrad": ("y", "w"), "wgrad": ("y", "x")}[op]
@@ -348,6 +350,58 @@ def depthwise_direct_reasons(cfg: Mapping[str, Any], p: ConvProblem) -> list[str
         if tiles > 65535:
             out.append(f"{tiles} output tiles of {tile[0]}x{tile[1]} (N * P * Q): the direct kernel runs a CTA a tile, at "
                        f"most 65535 along the grid's z")
+    return out
+
+
+def depthwise_simt_reasons(cfg: Mapping[str, Any], p: ConvProblem) -> list[str]:
+    """What a `kernel: depthwise_simt` instance (emitter's SIMT depthwise kernel, sm80_depthwise_simt.py) refuses --
+    its shim's EMITTER_CANNOT_IMPLEMENT rules, said before a launch: depthwise problems only (groups = C = K), 2D, the
+    compiled filter size, C a multiple of the 8-channel vector, no bias, no split_k (wgrad splits its reduction
+    itself). Stride, dilation and padding are anything (read at run time)."""
+    out = []
+    if not p.groups == p.c == p.k:
+        out.append(f"groups={p.groups}, C={p.c}, K={p.k}: kernel depthwise_simt runs depthwise convolutions only "
+                   f"(groups = C = K)")
+    if p.dims == 3:
+        out.append("a 2D instance cannot run a problem with depth (d, t, depth padding/stride/dilation)")
+    flt = tuple(cfg.get("filter") or ())
+    if flt and (p.r, p.s) != flt:
+        out.append(f"filter {p.r}x{p.s}: this depthwise_simt instance is compiled for {flt[0]}x{flt[1]}")
+    al = int(cfg["alignment_a"])
+    if p.c % al:
+        out.append(f"C={p.c} is not a multiple of the alignment {al} (the kernel reads and writes {al} channels at "
+                   f"a time)")
+    if p.bias:
+        out.append("the problem has a bias, this instance has no bias epilogue")
+    if p.split_k > 1:
+        out.append(f"split_k={p.split_k}: kernel depthwise_simt splits its reduction itself (give split_k 1)")
+    return out
+
+
+def _depthwise_simt_problems(cfg: Mapping[str, Any], quick: bool) -> list[ConvProblem]:
+    """For a depthwise_simt instance: its filter at stride 1 and 2, dilation 1 and 2; C below, at and past a CTA's
+    channel block (no multiple of 64), odd H and W, asymmetric padding, alpha and beta != 0; (not quick) a layer
+    long enough that the wgrad reduction runs both levels (more than 16 slices a channel block) and the fprop grid
+    holds thousands of CTAs."""
+    r, s = (list(cfg.get("filter") or [3, 3]) + [3, 3])[:2]
+    ch = int(cfg["tile"][2])
+
+    def dw(c: int, st: int, dl: int, h: int, w: int, pad_f: tuple[int, int], pad_b: tuple[int, int],
+           **kw: Any) -> ConvProblem:
+        return ConvProblem(n=kw.pop("n", 2), h=dl * (r - 1) + h, w=dl * (s - 1) + w, c=c, k=c, groups=c, r=r, s=s,
+                           pad_front=(0,) + pad_f, pad_back=(0,) + pad_b, stride=(1, st, st), dilation=(1, dl, dl), **kw)
+
+    half = (r // 2, s // 2)
+    out = [
+        dw(ch + 8, 1, 1, 10, 7, half, half),                                     # a block + a partial one
+        dw(8, 2, 1, 5, 14, (0, 0), (0, 0), n=3, alpha=1.5, beta=0.5),            # under one block, unpadded
+        dw(2 * ch + 24, 2, 2, 17, 5, (2, 1), (3, 2), n=1, beta=-1.0),            # asymmetric padding, dilation 2
+        dw(ch, 1, 2, 9, 9, (3, 3), (3, 3), beta=1.0),                            # padding 3
+        dw(24, 1, 1, 0, 0, (1, 0), (0, 1), n=5),                                 # the smallest input
+    ]
+    if not quick:
+        out.append(dw(96 + 8 * 5, 1, 1, 31, 29, half, half, n=8, beta=0.25))    # C 136: both reduction levels
+        out.append(dw(ch * 3, 2, 1, 40, 37, half, half, n=4))
     return out
 
 
@@ -525,6 +579,8 @@ def default_problems(cfg: Mapping[str, Any], quick: bool = False) -> list[tuple[
         base = _grouped_problems(cfg)
     if cfg.get("kernel", "implicit") == "depthwise_direct":
         base = _depthwise_direct_problems(cfg, quick)
+    if cfg.get("kernel", "implicit") == "depthwise_simt":
+        base = _depthwise_simt_problems(cfg, quick)
     if cfg.get("split_k") == "serial":
         base = [replace(p, split_k=3) for p in base]
     elif cfg.get("split_k") == "parallel":   # sm90a: 3 slices (split-K mode) and 1 (the stream-K heuristic) in turn

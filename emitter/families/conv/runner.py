@@ -138,12 +138,19 @@ def planted_bugs(cfg: ConvConfig) -> tuple[str, ...]:
     if cfg.kernel == "depthwise_direct":   # depthwise problems only; a compiled stride refuses the stride-1 launch
         runtime_stride = tuple(cfg.conv_stride) == (0, 0)
         return tuple(b for b in PLANTED if b != "stride_ignored" or runtime_stride) + GROUP_PLANTED
+    if cfg.kernel == "depthwise_simt":     # run-time stride; the group offset planted where x is read (fprop, wgrad)
+        return PLANTED + GROUP_PLANTED
     return PLANTED + GROUP_PLANTED if cfg.group_mode != "none" else PLANTED
 
 
 def planted_problem(cfg: ConvConfig) -> ConvProblem:
     """A problem every planted bug changes visibly: 3x3, stride 2, padding 1, odd sizes (1x1 for gemm_1x1; four
     groups for a grouped instance, K/groups its tile n (single) or half of it (multiple))."""
+    if cfg.kernel == "depthwise_simt":     # its filter at stride 2; channels: a CTA's block and a part
+        r, s = cfg.filter or (3, 3)
+        c = cfg.tile[2] + 8
+        return ConvProblem(n=2, h=15 + r - 1, w=13 + s - 1, c=c, k=c, groups=c, r=r, s=s, pad_front=(0, r // 2, s // 2),
+                           pad_back=(0, r // 2, s // 2), stride=(1, 2, 2))
     if cfg.kernel == "depthwise_direct":   # its filter, stride and dilation; channels: a CTA's block and a part
         r, s = cfg.filter or (3, 3)
         st = cfg.conv_stride if cfg.conv_stride and tuple(cfg.conv_stride) != (0, 0) else (2, 2)
@@ -197,8 +204,8 @@ def run_case(kern: ConvKernel, p: ConvProblem, data: str, seed: int, planted: st
         if p.groups < 2:
             raise ValueError("planted group_offset needs a grouped problem (groups > 1)")
         cg = p.c // p.groups
-        if out_name != "y":
-            raise ValueError("planted group_offset is planted on grouped fprop (the kernels that have groups)")
+        if out_name == "x":
+            raise ValueError("planted group_offset is planted where x is read: grouped fprop and wgrad")
         dev["x"] = dev["x"][..., :cg].repeat(1, 1, 1, 1, p.groups).contiguous()
     elif planted == "stride_ignored":        # the kernel runs stride 1 into a larger output; we read its corner
         launch_p = replace(p, stride=(1, 1, 1))
@@ -252,6 +259,9 @@ def run_case(kern: ConvKernel, p: ConvProblem, data: str, seed: int, planted: st
             dev["x"] = dev["x"][:, :, :p.h - 1].contiguous()
         else:
             launch_p = replace(p, k=p.k - (cfg.alignment_c if p.k > cfg.alignment_c else 0))
+            if p.groups == p.c == p.k > 1:       # depthwise: C and the groups shrink with K (x cut to C - 8 channels)
+                launch_p = replace(launch_p, c=launch_p.k, groups=launch_p.k)
+                dev["x"] = dev["x"][..., :launch_p.k].contiguous()
             dev["w_small"] = dev["w"]
             dev["w"] = dev["w"][:launch_p.k].contiguous()
             dev["y"] = dev["y"][..., :launch_p.k].contiguous()

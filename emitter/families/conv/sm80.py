@@ -7,7 +7,7 @@ of these templates (and their can_implement's static part) before nvcc.
 from __future__ import annotations
 
 from emitter.dtypes import DType
-from emitter.families.conv import sm80_depthwise
+from emitter.families.conv import sm80_depthwise, sm80_depthwise_simt
 from emitter.families.conv.common import GEMM_TEXT, epilogue_text, reject, tensor_text
 from emitter.families.conv.model import (
     AUTO, Activation, Arch, ConvGroupMode, ConvInstance, ConvKernelKind, ConvOp, IteratorAlgorithm, Rejection, Shape3, SplitK, StrideSupport,
@@ -56,6 +56,8 @@ def resolve(inst: ConvInstance) -> ConvInstance | Rejection:
     if inst.arch not in ARCHES:
         return reject(inst, "arch", f"the CUTLASS 2.x conv module builds {', '.join(a.yaml for a in ARCHES)}, "
                                     f"not {inst.arch} (sm75 has no cp.async multistage conv here)")
+    if inst.kernel is ConvKernelKind.depthwise_simt:
+        return sm80_depthwise_simt.resolve_simt(inst)
     direct = inst.kernel is ConvKernelKind.depthwise_direct
     if direct and inst.schedule.value == "auto" and inst.scheduler.value == "auto" and not inst.swap_ab:
         return sm80_depthwise.resolve_direct(inst, SMEM_LIMIT[inst.arch])
@@ -243,6 +245,8 @@ def _swizzle_cpp(inst: ConvInstance) -> str:
 
 def template_context(inst: ConvInstance) -> dict:
     """Everything the sm80 conv templates print, as C++ spellings derived from enums and integers."""
+    if inst.kernel is ConvKernelKind.depthwise_simt:
+        return sm80_depthwise_simt.template_context(inst)
     base = _template_context(inst)
     return sm80_depthwise.template_context(inst, base) if base["depthwise_direct"] else base
 

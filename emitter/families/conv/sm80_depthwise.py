@@ -39,6 +39,9 @@ def misplaced_keys(inst: ConvInstance) -> Rejection | None:
     """The depthwise keys (`filter`, `stride`, `dilation`) mean nothing to the other kernels; depthwise_direct is
     a CUTLASS 2.x kernel."""
     direct = inst.kernel is ConvKernelKind.depthwise_direct
+    if inst.kernel is ConvKernelKind.depthwise_simt:
+        from emitter.families.conv.sm80_depthwise_simt import misplaced_keys as simt_keys
+        return simt_keys(inst)
     if not direct and (inst.filter is not None or inst.conv_stride is not None or inst.conv_dilation is not None):
         return reject(inst, "depthwise-keys", f"filter / stride / dilation are compiled into `kernel: depthwise_direct` "
                                               f"instances only; kernel {inst.kernel} reads them from the problem at run "

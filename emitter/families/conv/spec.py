@@ -28,6 +28,8 @@ naming the file, line, key path, value, allowed values and a fix.
     kernel: depthwise_direct                         (sm80 2D fprop, groups = C = K: CUTLASS's depthwise direct conv;
                                                       tile: PxQxchannels, the output tile of a CTA)
     filter: 3x3 | 3        stride: 1 | 2x2 | any     dilation: 1 | any        (depthwise_direct only: compiled in)
+    kernel: depthwise_simt                           (sm80 2D wgrad / fprop, groups = C = K: emitter's SIMT depthwise
+                                                      kernel; tile: rows x pixels a thread x channels, filter compiled in)
 """
 
 from __future__ import annotations
@@ -65,7 +67,9 @@ _iterator = values.enum_parser(IteratorAlgorithm, {"opt": "optimized", "few": "f
 _stride_support = values.enum_parser(StrideSupport, {"stride1": "unity", "unit": "unity", "any": "strided"})
 _kernel = values.enum_parser(ConvKernelKind, {"implicit_gemm": "implicit", "gemm": "gemm_1x1", "gemm1x1": "gemm_1x1",
                                               "1x1": "gemm_1x1", "depthwise": "depthwise_direct",
-                                              "direct": "depthwise_direct", "dwdirect": "depthwise_direct"})
+                                              "direct": "depthwise_direct", "dwdirect": "depthwise_direct",
+                                              "dwsimt": "depthwise_simt", "simt_depthwise": "depthwise_simt",
+                                              "depthwise_emitter": "depthwise_simt"})
 _schedule = values.enum_parser(ConvSchedule, {"coop": "cooperative", "ping_pong": "pingpong"})
 _scheduler = values.enum_parser(ConvTileScheduler, {"streamk": "stream_k", "stream-k": "stream_k"})
 _HW = numbers.shape("RS", lo=1, hi=32, example="3x3", noun="filter shape",
@@ -213,7 +217,8 @@ def _build(point: Assign) -> ConvInstance:
     warp = point.get("warp")
     kernel = point.get("kernel", ConvKernelKind.implicit)
     direct = kernel is ConvKernelKind.depthwise_direct
-    if warp is None and not three and not direct:   # depthwise_direct: its warp is derived from tile and filter
+    simt = kernel is ConvKernelKind.depthwise_simt   # no warp tile: a thread owns 8 channels of a position
+    if warp is None and not three and not direct and not simt:   # depthwise_direct: its warp is derived from tile and filter
         warp = Shape3(min(64, max(tile.m // 2, 16)), min(64, max(tile.n // 2, 8)), tile.k)
     op: ConvOp = point["op"]
     # dgrad defaults to unit stride: CUTLASS's strided 2.x dgrad is another kernel (sm80: stride_support: strided),

@@ -1,0 +1,210 @@
+"""emitter's SIMT depthwise kernel (`kernel: depthwise_simt`, sm80; Hopper runs the sm_80 build) on the GPU: every
+instance of configs/conv/depthwise_simt.yaml (wgrad and fprop; 3x3, 5x5, 7x7; f16 and bf16) on its default problems
+against the float64 reference (C below, at and past a CTA's channel block, no multiple of 64; odd H and W; stride 1
+and 2; dilation 2; asymmetric padding; alpha and beta != 0; a layer whose wgrad reduction runs both levels), the
+planted bugs caught for their reason, the wgrad run twice on one workspace (its tickets must come back zero, and the
+result must be bit-identical: the reduction is deterministic), and a speed table against cuDNN on MobileNetV2 /
+EfficientNet / ConvNeXt depthwise layers (F.conv2d(groups=C) for fprop, aten.convolution_backward on channels_last
+tensors for wgrad), each output checked against cuDNN's.
+
+EMITTER_CONV_DWSIMT_GPU_DIR: a directory where configs/conv/depthwise_simt.yaml was emitted and built; otherwise the
+test emits and builds it (12 instances, about 10 s of nvcc each)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = ROOT / "configs" / "conv" / "depthwise_simt.yaml"
+pytestmark = pytest.mark.gpu
+
+
+def _gpu():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability(0) < (8, 0):
+        pytest.skip("needs an sm_80+ GPU visible to torch")
+    return torch
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory):
+    _gpu()
+    from emitter.families.conv.runner import ConvKernel
+
+    root = os.environ.get("EMITTER_CONV_DWSIMT_GPU_DIR")
+    if root:
+        root = Path(root)
+    else:
+        root = tmp_path_factory.mktemp("conv_dwsimt_gpu") / "gen"
+        run = [sys.executable, "-m", "emitter"]
+        subprocess.run(run + ["emit", str(SPEC), "-o", str(root)], check=True)
+        subprocess.run(run + ["build", str(root), "-j", str(os.cpu_count() or 4), "--no-progress"], check=False)
+    manifest = json.loads((root / "manifest.json").read_text())
+    simt = [e for e in manifest["instances"] if e.get("config", {}).get("kernel") == "depthwise_simt"]
+    assert len(simt) == 12, [e["name"] for e in simt]
+    return {e["name"]: ConvKernel(root, e) for e in simt}
+
+
+def test_every_instance_passes_its_default_problems(kernels):
+    from emitter.families.conv import runtime as hooks
+    from emitter.families.conv.runner import run_case
+
+    failures, passed = [], 0
+    for name, k in kernels.items():
+        cases = hooks.default_problems(k.cfg)
+        assert len(cases) >= 8, name
+        for i, (p, data) in enumerate(cases):
+            v = run_case(k, p, data, 4000 + i)
+            print(name, v["status"], v["problem"], f"rel_err={v.get('rel_err')}", v.get("reason", ""))
+            if v["status"] != "PASSED":
+                failures.append(f"{name} {v['problem']}: {v['status']} {v.get('reason')}")
+            else:
+                passed += 1
+    assert not failures, "\n".join(failures)
+    assert passed >= 8 * len(kernels)
+
+
+def test_planted_bugs_are_caught_for_their_reason(kernels):
+    from emitter.families.conv.runner import _wgrad_swapped, expected_reason, planted_bugs, planted_problem, run_case
+
+    for name, k in kernels.items():
+        if "_f16_" not in name:          # the bf16 twins run the same code
+            continue
+        p = planted_problem(k.cfg)
+        assert run_case(k, p, "normal", 7)["status"] == "PASSED", name
+        bugs = planted_bugs(k.cfg)
+        assert set(bugs) == {"wrong_padding", "swapped_filter_axes", "stride_ignored", "row_short", "group_offset"}
+        for bug in bugs:
+            if bug == "swapped_filter_axes" and k.cfg.op == "wgrad":
+                v = _wgrad_swapped(k, p, 7)
+            else:
+                v = run_case(k, p, "normal", 7, planted=bug)
+            print(name, bug, v.get("status"), "misses", v.get("signature_misses"))
+            assert expected_reason(bug, v), (name, bug, v.get("reason"), v.get("signature_misses"))
+
+
+# (label, N, C, H, R, stride): MobileNetV2 / EfficientNet-B0 / ConvNeXt-T depthwise layers
+LAYERS = [
+    ("MobileNetV2 C96 112^2 3x3 s2", 32, 96, 112, 3, 2),
+    ("MobileNetV2 C144 56^2 3x3", 32, 144, 56, 3, 1),
+    ("MobileNetV2 C144 56^2 3x3 s2", 32, 144, 56, 3, 2),
+    ("MobileNetV2 C384 14^2 3x3", 64, 384, 14, 3, 1),
+    ("MobileNetV2 C960 7^2 3x3", 64, 960, 7, 3, 1),
+    ("EfficientNet-B0 C240 28^2 5x5", 32, 240, 28, 5, 1),
+    ("EfficientNet-B0 C480 14^2 5x5", 64, 480, 14, 5, 1),
+    ("ConvNeXt-T C96 56^2 7x7", 32, 96, 56, 7, 1),
+]
+
+
+def _time(torch, fn, reps: int = 20) -> float:
+    """Median seconds of fn over reps launches (CUDA events), after two warm-ups."""
+    for _ in range(2):
+        fn()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e-3)
+    return sorted(times)[len(times) // 2]
+
+
+def _kernel_for(kernels, op: str, r: int, dt: str):
+    (k,) = [k for k in kernels.values() if k.cfg.op == op and tuple(k.cfg.filter) == (r, r) and k.cfg.a.yaml == dt]
+    return k
+
+
+def test_wgrad_is_deterministic_and_leaves_its_tickets_zero(kernels):
+    """Two launches on one workspace (the tickets zeroed once, by initialize) give bit-identical dw, and the tickets
+    are zero afterwards; a layer of many slices (both reduction levels)."""
+    torch = _gpu()
+    from emitter.families.conv.problem import ConvProblem
+
+    k = _kernel_for(kernels, "wgrad", 3, "f16")
+    c, n, h = 136, 16, 40
+    p = ConvProblem(n=n, h=h, w=h, c=c, k=c, groups=c, r=3, s=3, pad_front=(0, 1, 1), pad_back=(0, 1, 1))
+    x = torch.randn(n, c, h, h, device="cuda", dtype=torch.float16).to(memory_format=torch.channels_last)
+    dy = torch.randn(n, c, h, h, device="cuda", dtype=torch.float16).to(memory_format=torch.channels_last)
+    dw = torch.full((c, 1, 3, 3), float("nan"), device="cuda", dtype=torch.float16)
+    stream = torch.cuda.current_stream().cuda_stream
+    packed, launch = k.prepare(p, {"x": x.data_ptr(), "y": dy.data_ptr(), "w": dw.data_ptr()}, stream)
+    assert launch.grid[1] > 16, list(launch.grid)            # more than one group of slices: both levels
+    k.launch(packed, launch, stream)
+    first = dw.clone()
+    k.launch(packed, launch, stream)
+    torch.cuda.synchronize()
+    assert torch.equal(first, dw)
+    want = torch.ops.aten.convolution_backward(dy, x, torch.empty_like(dw), None, [1, 1], [1, 1], [1, 1], False,
+                                               [0, 0], c, [False, True, False])[1]
+    rel = float((dw.float() - want.float()).norm() / want.float().norm())
+    assert rel < 5e-3, rel
+    ws = k._workspace
+    slices, groups = int(launch.grid[1]), -(-int(launch.grid[1]) // 16)
+    plane = 9 * c * 4
+    start = -(-slices * plane // 256) * 256 + (-(-groups * plane // 256) * 256 if groups > 1 else 0)
+    assert int(ws[start:].view(torch.int32).abs().sum()) == 0
+
+
+def test_speed_against_cudnn(kernels):
+    """TFLOP/s and GB/s of each op against cuDNN on depthwise layers (printed; every output checked against
+    cuDNN's). Not a speed assertion: the table is the measurement."""
+    torch = _gpu()
+    import torch.nn.functional as F
+
+    from emitter.families.conv.problem import ConvProblem
+
+    torch.backends.cudnn.benchmark = True
+    rows = []
+    for label, n, c, h, r, st in LAYERS:
+        pad = r // 2
+        p = ConvProblem(n=n, h=h, w=h, c=c, k=c, groups=c, r=r, s=r, pad_front=(0, pad, pad), pad_back=(0, pad, pad),
+                        stride=(1, st, st))
+        _, pp, qq = p.output_extents()
+        flops = 2.0 * n * pp * qq * c * r * r
+        x = torch.randn(n, c, h, h, device="cuda", dtype=torch.float16).to(memory_format=torch.channels_last)
+        w = torch.randn(c, 1, r, r, device="cuda", dtype=torch.float16)
+        dy = torch.randn(n, c, pp, qq, device="cuda", dtype=torch.float16).to(memory_format=torch.channels_last)
+        stream = torch.cuda.current_stream().cuda_stream
+        for op in ("fprop", "wgrad"):
+            k = _kernel_for(kernels, op, r, "f16")
+            if op == "fprop":
+                out = torch.empty(n, c, pp, qq, device="cuda", dtype=torch.float16).to(memory_format=torch.channels_last)
+                ptrs = {"x": x.data_ptr(), "w": w.data_ptr(), "y": out.data_ptr()}
+
+                def cudnn():
+                    return F.conv2d(x, w, stride=st, padding=pad, groups=c)
+                nbytes = (x.numel() + out.numel() + w.numel()) * 2
+            else:
+                out = torch.empty_like(w)
+                ptrs = {"x": x.data_ptr(), "w": out.data_ptr(), "y": dy.data_ptr()}
+
+                def cudnn():
+                    return torch.ops.aten.convolution_backward(dy, x, w, None, [st, st], [pad, pad], [1, 1], False,
+                                                               [0, 0], c, [False, True, False])[1]
+                nbytes = (x.numel() + dy.numel() + w.numel()) * 2
+            packed, launch = k.prepare(p, ptrs, stream)
+            t_ours = _time(torch, lambda: k.launch(packed, launch, stream))
+            t_cudnn = _time(torch, cudnn)
+            want = cudnn().float()
+            rel = float((out.float() - want).norm() / want.norm())
+            rows.append((label, op, flops / t_ours / 1e12, nbytes / t_ours / 1e9, flops / t_cudnn / 1e12,
+                         t_cudnn / t_ours, rel, list(launch.grid)))
+            assert rel < 5e-3, (label, op, rel)
+    print()
+    print(f"{'layer':34s} {'op':6s} {'TFLOP/s':>8s} {'GB/s':>7s} {'cuDNN TFLOP/s':>14s} {'x cuDNN':>8s} {'rel err':>8s}  grid")
+    for label, op, tf, gbs, tc, ratio, rel, grid in rows:
+        print(f"{label:34s} {op:6s} {tf:8.2f} {gbs:7.0f} {tc:14.2f} {ratio:8.2f} {rel:8.1e}  {grid}")
+    for op in ("fprop", "wgrad"):
+        ratios = [row[5] for row in rows if row[1] == op]
+        geo = 1.0
+        for v in ratios:
+            geo *= v
+        print(f"{op}: geomean x cuDNN {geo ** (1 / len(ratios)):.3f} over {len(ratios)} layers")
