@@ -48,9 +48,16 @@ def test_accepted_instance_and_name():
     assert fam.instance_name(r) == "attn_bwd_sm90a_f16_d128_64x128_causalbr_bshd"
 
 
+def test_bf16_is_accepted():
+    """bf16 resolves like f16 (its TU gives bfloat16_t register fragments elements that take the f32 dS)."""
+    r = fam.resolve(OK.replace(dtype=DType.bf16))
+    assert r == OK.replace(dtype=DType.bf16)
+    assert fam.instance_name(r) == "attn_bwd_sm90a_bf16_d128_64x128_nomask_bshd"
+
+
 @pytest.mark.parametrize("change, rule, words", [
     (dict(deterministic=True), "sm90a-backward-deterministic", "deterministic: false"),
-    (dict(dtype=DType.bf16), "sm90a-backward-dtype", "bfloat16_t"),
+    (dict(dtype=DType.f32), "sm90a-backward-dtype", "f16 or bf16"),
     (dict(head_dim=256, head_dim_v=256), "sm90a-backward-head-dim", "32, 64, 128"),
     (dict(head_dim_v=64), "backward-head-dim-v", "head_dim_v=64"),
     (dict(tile_kv=64), "sm90a-backward-tile-kv", "64x128"),
@@ -82,24 +89,29 @@ def test_default_deterministic_is_rejected_in_the_emit_report(tmp_path):
 
 
 def test_every_accepted_combination_renders():
+    import itertools
+
     from emitter.render import banner
 
     n = 0
-    for d in backward_sm90a.HEAD_DIMS:
-        for tq in backward_sm90a.TILE_Q[d]:
-            for mask in Mask:
-                for layout in Layout:
-                    for gqa in (False, True):
-                        inst = AttentionBackwardInstance(Arch.sm90a, DType.f16, d, d, tq, 128, mask, layout, gqa,
-                                                         deterministic=False)
-                        r = fam.resolve(inst)
-                        assert r == inst
-                        name = fam.instance_name(r)
-                        text = fam.render_instance(r, name, banner("spec.yaml", "0" * 64))
-                        assert f"emitter_{name}_kernel" in text
-                        assert f"static constexpr bool kGqa = {'true' if gqa else 'false'};" in text
-                        n += 1
-    assert n == 5 * 3 * 2 * 2
+    for dtype, d in itertools.product(backward_sm90a.DTYPES, backward_sm90a.HEAD_DIMS):
+        for tq, mask, layout, gqa in itertools.product(backward_sm90a.TILE_Q[d], Mask, Layout, (False, True)):
+            inst = AttentionBackwardInstance(Arch.sm90a, dtype, d, d, tq, 128, mask, layout, gqa, deterministic=False)
+            r = fam.resolve(inst)
+            assert r == inst
+            name = fam.instance_name(r)
+            text = fam.render_instance(r, name, banner("spec.yaml", "0" * 64))
+            assert f"emitter_{name}_kernel" in text
+            assert f"static constexpr bool kGqa = {'true' if gqa else 'false'};" in text
+            # the bf16 fragment engine only in bf16 instances, ahead of upstream's collective
+            bf16 = dtype is DType.bf16
+            assert ("struct ArrayEngine<cutlass::bfloat16_t, N>" in text) == bf16
+            assert f"using Element = {'cutlass::bfloat16_t' if bf16 else 'cutlass::half_t'};" in text
+            if bf16:
+                assert text.index("struct ArrayEngine<cutlass::bfloat16_t, N>") < \
+                    text.index("#include \"../examples/88_hopper_fmha/collective/fmha_collective_bwd")
+            n += 1
+    assert n == 2 * 5 * 3 * 2 * 2
 
 
 @pytest.fixture(scope="module")
@@ -113,11 +125,17 @@ def test_config_emits_and_renders_each_level(emitted):
     out, manifest = emitted
     backward = [e for e in manifest["instances"] if e["config"].get("op") == "backward"]
     names = [e["name"] for e in backward]
-    assert len(names) == 8 and not manifest["rejected"] and all(n.startswith("attn_bwd_sm90a_f16_") for n in names)
+    assert len(names) == 15 and not manifest["rejected"]
+    assert sum(n.startswith("attn_bwd_sm90a_f16_") for n in names) == 8
+    assert sum(n.startswith("attn_bwd_sm90a_bf16_") for n in names) == 7
+    # bf16: d64 and d128, full and causal
+    assert {(e["config"]["head_dim"], e["config"]["mask"]) for e in backward if e["config"]["dtype"] == "bf16"} >= \
+        {(d, m) for d in (64, 128) for m in ("none", "causal_top_left")}
     assert {e["config"]["mask"] for e in backward} == {"none", "causal_top_left", "causal_bottom_right"}
     # the forward the GPU test's training step pairs with the d64 causal backward
     assert [e["name"] for e in manifest["instances"] if e["config"].get("op") != "backward"] == \
-        ["attn_sm90a_f16_d64_128x128_cooperative_s5_causaltl_bshd_lse"]
+        ["attn_sm90a_f16_d64_128x128_cooperative_s5_causaltl_bshd_lse",
+         "attn_sm90a_bf16_d64_128x128_cooperative_s5_causaltl_bshd_lse"]
     for name in names:
         text = (out / f"{name}.cu").read_text()
         for level in backward_sm90a.LEVELS:
@@ -185,7 +203,9 @@ def test_fake_backend_on_default_problems_and_planted_faults(emitted):
 @pytest.mark.nvcc
 def test_one_sm90a_backward_instance_compiles(emitted):
     """A real sm90a backward instance through the project's build (cubin and host shim; about 1.5 min on 2
-    cores): the shared-memory budget and thread count are static_asserts in it, and its host shim answers."""
+    cores): bf16, so upstream's collective compiles with the instance's bf16 fragment engine (an f16 instance is
+    the same TU without it); the shared-memory budget and thread count are static_asserts in it, and its host
+    shim answers."""
     import dataclasses
 
     from emitter.build import BuildOptions, build
@@ -194,7 +214,7 @@ def test_one_sm90a_backward_instance_compiles(emitted):
 
     out, _ = emitted
     data = load(out)
-    name = "attn_bwd_sm90a_f16_d64_64x128_causalbr_bhsd"
+    name = "attn_bwd_sm90a_bf16_d64_64x128_causalbr_bhsd"
     data["instances"] = [e for e in data["instances"] if e["name"] == name]
     write(out, data)
     summary = build(out, options=BuildOptions())
@@ -237,3 +257,64 @@ def test_one_sm90a_backward_instance_compiles(emitted):
     assert status_of(dataclasses.replace(ok, seq_q=77)) == 0      # any seq_q (upstream's can_implement wants % 8)
     varlen = make_problem(heads_q=8, heads_kv=8, seqlens_q=(5, 70), seqlens_k=(9, 1), head_dim=64, layout="bhsd")
     assert status_of(varlen) == 1                                 # no variable lengths
+
+
+FRAGMENT_PROBE = r"""
+#include "cutlass/cutlass.h"
+#include "cute/tensor.hpp"
+#include "cutlass/numeric_types.h"
+#include <type_traits>
+#include <cstdio>
+@FRAGMENT@
+int main() {
+  using namespace cute;
+  auto layout = make_layout(make_shape(Int<2>{}, Int<4>{}));
+  // upstream's dS: acc_DS = make_fragment_like<Element>(acc_DP); acc_DS(i) = <float expression>
+  auto ds = make_fragment_like<cutlass::bfloat16_t>(layout);
+  static_assert(std::is_same<typename decltype(ds)::value_type, cutlass::bfloat16_t>::value, "value_type");
+  static_assert(sizeof(ds) == 8 * sizeof(cutlass::bfloat16_t), "storage");
+  const float x[8] = {1.00390625f, 1.01171875f, -3.14159265f, 65504.f, 1e-30f, 0.f, -0.f, 3.3895314e38f};
+  for (int i = 0; i < 8; ++i) ds(i) = x[i] * 1.0f;
+  int bad = 0;
+  for (int i = 0; i < 8; ++i) bad += ds(i).raw() != cutlass::bfloat16_t(x[i]).raw();
+  printf("ties %04x %04x\n", ds(0).raw(), ds(1).raw());
+  // recast_bits (upstream's store of dS to shared memory) sees the same 16-bit values
+  auto u = recast<uint32_t>(ds);
+  for (int i = 0; i < 4; ++i) bad += u(i) != (uint32_t(ds(2 * i).raw()) | uint32_t(ds(2 * i + 1).raw()) << 16);
+  // make_acc_into_op: cute::copy of the f32 accumulator into a fragment of the element type
+  auto acc = make_tensor<float>(layout);
+  for (int i = 0; i < 8; ++i) acc(i) = x[7 - i];
+  auto op = make_fragment_like<cutlass::bfloat16_t>(acc);
+  copy(acc, op);
+  for (int i = 0; i < 8; ++i) bad += op(i).raw() != cutlass::bfloat16_t(x[7 - i]).raw();
+  // other element types keep CuTe's own engine
+  auto h = make_fragment_like<cutlass::half_t>(layout);
+  static_assert(std::is_same<decltype(h.data()), cutlass::half_t*>::value, "half_t fragments untouched");
+  printf("mismatches %d\n", bad);
+  return 0;
+}
+"""
+
+
+@pytest.mark.nvcc
+def test_bf16_fragments_take_a_float_rounded_to_nearest_even(tmp_path):
+    """The bf16 fragment engine (templates/attention/sm90a/bwd/bf16_fragment.cu.j2) on the host (nvcc, about 15 s):
+    a fragment of cutlass::bfloat16_t takes a float rounded as cutlass::bfloat16_t(float) rounds (ties to even),
+    its bits read back through recast<uint32_t> as upstream's dS store reads them, cute::copy from f32 converts
+    the same way, and half_t fragments keep CuTe's engine."""
+    import subprocess
+
+    from emitter.build.nvcc import find_nvcc
+    from emitter.cutlass_path import find_cutlass
+    from emitter.render import render_template
+
+    src = tmp_path / "probe.cu"
+    src.write_text(FRAGMENT_PROBE.replace("@FRAGMENT@", render_template("attention/sm90a/bwd/bf16_fragment.cu.j2")))
+    exe = tmp_path / "probe"
+    r = subprocess.run([str(find_nvcc()), "-std=c++17", "--expt-relaxed-constexpr", "-arch=sm_90a",
+                        *find_cutlass().include_flags(), "-o", str(exe), str(src)],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-4000:]
+    out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60).stdout.splitlines()
+    # 1 + 2^-8 and 1 + 3 * 2^-8 are ties: to even, 1.0 and 1 + 2^-6
+    assert out == ["ties 3f80 3f82", "mismatches 0"], out

@@ -1,8 +1,8 @@
 """The sm90a attention backward in the exported library, without a GPU: `emitter library` takes sm90a backward
 instances beside sm80 ones (their translation units in the sm90a CMake group), and the C API's dispatch, compiled
 with g++ against the stand-in CUDA runtime (an sm_90 device) and fake shims, runs the sm90a kernel where it
-computes the problem (f16, with or without GQA) and the sm80 kernel otherwise (deterministic asked, a refusing
-sm90a shim); bf16 finds none here."""
+computes the problem (f16 or bf16, with or without GQA) and the sm80 kernel otherwise (deterministic asked, a
+refusing sm90a shim); the static order is the same for both dtypes."""
 
 from __future__ import annotations
 
@@ -43,6 +43,24 @@ SPEC = """\
     dtype: f16
     head_dim: 64
     tile: [64x128, 128x128]
+    mask: causal_top_left
+    gqa: true
+    deterministic: false
+  - family: attention
+    op: backward
+    arch: sm80
+    dtype: bf16
+    head_dim: 64
+    tile: 64x64
+    mask: causal_top_left
+    gqa: true
+    deterministic: false
+  - family: attention
+    op: backward
+    arch: sm90a
+    dtype: bf16
+    head_dim: 64
+    tile: 64x128
     mask: causal_top_left
     gqa: true
     deterministic: false
@@ -96,7 +114,7 @@ def api(tmp_path_factory):
 
 def test_export_puts_the_sm90a_backward_in_the_sm90a_group(api):
     names = api.names
-    assert sum(n.startswith("attn_bwd_sm90a_") for n in names) == 2 and len(names) == 4
+    assert sum(n.startswith("attn_bwd_sm90a_") for n in names) == 3 and len(names) == 6
     cmake = (api.out / "CMakeLists.txt").read_text()
     # each arch's translation units in its own CMake group (the sm90a group builds for 90a)
     groups = {arch: cmake.split(f"set(_{LIB}_sources_{arch}\n")[1].split(")")[0] for arch in ("sm80", "sm90a")}
@@ -113,11 +131,16 @@ def test_dispatch_prefers_sm90a_where_it_computes_the_problem(api):
     s90_big = idx["attn_bwd_sm90a_f16_d64_128x128_causaltl_bshd_gqa"]
     s80 = idx["attn_bwd_sm80_f16_d64_64x64_causaltl_bshd_gqa"]
     s80_det = idx["attn_bwd_sm80_f16_d64_64x64_causaltl_bshd_gqa_det"]
+    b90 = idx["attn_bwd_sm90a_bf16_d64_64x128_causaltl_bshd_gqa"]
+    b80 = idx["attn_bwd_sm80_bf16_d64_64x64_causaltl_bshd_gqa"]
     r = api([dict(), dict(sq=1000, sk=1000), dict(hkv=2), dict(det=1), dict(refuse=(1 << s90_small) | (1 << s90_big)),
-             dict(dtype=2)])
+             dict(dtype=2), dict(dtype=2, hkv=2), dict(dtype=2, refuse=1 << b90), dict(dtype=2, det=1)])
     assert r[0]["status"] == 0 and r[0]["run"] == s90_small, r[0]       # MHA f16: the sm90a kernel
     assert r[1]["status"] == 0 and r[1]["run"] == s90_big, r[1]         # long: the larger sm90a tile first
     assert r[2]["status"] == 0 and r[2]["run"] == s90_small, r[2]       # GQA: the sm90a kernel too
     assert r[3]["status"] == 0 and r[3]["run"] == s80_det, r[3]         # deterministic asked: only sm80's
     assert r[4]["status"] == 0 and r[4]["run"] == s80, r[4]             # the sm90a shims refuse: the next one
-    assert r[5]["status"] != 0 and "no attention backward kernel" in r[5]["message"], r[5]   # bf16: none here
+    assert r[5]["status"] == 0 and r[5]["run"] == b90, r[5]             # bf16: the sm90a kernel too
+    assert r[6]["status"] == 0 and r[6]["run"] == b90, r[6]             # bf16 GQA
+    assert r[7]["status"] == 0 and r[7]["run"] == b80, r[7]             # its shim refuses: sm80's bf16 kernel
+    assert r[8]["status"] != 0 and "no attention backward kernel" in r[8]["message"], r[8]   # no deterministic bf16

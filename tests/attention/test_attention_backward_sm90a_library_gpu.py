@@ -2,8 +2,9 @@
 of a library holding a forward sm80 f16 attention kernel (lse: true), sm80 backward kernels (GQA, deterministic
 and key-split), sm90a backward kernels (examples/88 as one launch) and the two GEMM kernels a library needs; then
 the Python loader: attention_backward() with the sm90a kernel forced and by dispatch (which must pick it for an f16
-problem, GQA included), against autograd through the float64 forward; loss.backward() through lib.attention(), a
-CUDA graph of the backward call, and a deterministic request falling back to sm80's deterministic kernel.
+problem, GQA included, and for a bf16 one), against autograd through the float64 forward; loss.backward() through
+lib.attention(), a CUDA graph of the backward call, and a deterministic request falling back to sm80's
+deterministic kernel.
 
     python3 -m pytest -q -s -m gpu tests/attention/test_attention_backward_sm90a_library_gpu.py      (a few minutes on 16 cores)
 
@@ -26,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
 NAME = "attbwd90gpu"
 S90 = "attn_bwd_sm90a_f16_d64_64x128_causaltl_bshd_gqa"
+S90_BF16 = "attn_bwd_sm90a_bf16_d64_64x128_causaltl_bshd_gqa"
 
 
 @pytest.fixture(scope="module")
@@ -53,10 +55,22 @@ def lib(tmp_path_factory):
     return mod
 
 
-def _inputs(torch, b=2, s=300, hq=8, hkv=8, d=64, seed=0):
+def _inputs(torch, b=2, s=300, hq=8, hkv=8, d=64, seed=0, dtype=None):
     torch.manual_seed(seed)
-    mk = lambda h: torch.randn(b, s, h, d, device="cuda", dtype=torch.float16)   # noqa: E731
+    mk = lambda h: torch.randn(b, s, h, d, device="cuda", dtype=dtype or torch.float16)   # noqa: E731
     return mk(hq), mk(hkv), mk(hkv), mk(hq)
+
+
+def _forward32(torch, q, k, v):
+    """O (in q's dtype) and the LSE (float32 [batch, heads_q, seq_q]) of the causal forward, as a forward kernel
+    saves them (the library's forward here is f16 only)."""
+    hq, hkv = q.shape[2], k.shape[2]
+    qt = q.float().transpose(1, 2)
+    kt, vt = (x.float().transpose(1, 2).repeat_interleave(hq // hkv, dim=1) for x in (k, v))
+    sc = qt @ kt.transpose(-1, -2) / q.shape[-1] ** 0.5
+    sc = sc.masked_fill(torch.ones(q.shape[1], k.shape[1], dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    o = (torch.softmax(sc, dim=-1) @ vt).transpose(1, 2).contiguous().to(q.dtype)
+    return o, torch.logsumexp(sc, dim=-1).contiguous()
 
 
 def test_sm90a_backward_forced_and_dispatched(lib, capfd):
@@ -111,3 +125,23 @@ def test_loss_backward_and_cuda_graph_through_sm90a(lib, capfd):
     errs = [_rel(x, w) for x, w in zip(captured, want)]
     print("CUDA graph replay", ["%.2e" % e for e in errs])
     assert all(e < 5e-3 for e in errs), errs
+
+
+def test_bf16_backward_runs_the_sm90a_kernel(lib, capfd):
+    """bf16 (the instance's bf16 fragments take upstream's f32 dS): forced and by dispatch, MHA and GQA, within
+    bf16's tolerance (4e-2) of the float64 gradients; the dispatch picks the sm90a bf16 kernel over sm80's."""
+    torch = pytest.importorskip("torch")
+    assert S90_BF16 in lib.attention_backward_kernels()
+    for hkv, seed in ((8, 3), (2, 4)):
+        q, k, v, do = _inputs(torch, s=333, hkv=hkv, seed=seed, dtype=torch.bfloat16)
+        want = _grads64(torch, q, k, v, do)
+        o, lse = _forward32(torch, q, k, v)
+        for kernel in (S90_BF16, None):
+            got = lib.attention_backward(q, k, v, o, lse, do, causal=True, kernel=kernel)
+            torch.cuda.synchronize()
+            assert all(g.dtype == torch.bfloat16 for g in got)
+            errs = [_rel(g, w) for g, w in zip(got, want)]
+            print(f"bf16 attention_backward hkv={hkv}", kernel or "dispatch", ["%.2e" % e for e in errs])
+            assert all(e < 4e-2 for e in errs), errs
+        log = capfd.readouterr().err
+        assert f"-> {S90_BF16} (forced" in log and f"-> {S90_BF16}" in log.split("(forced")[1], log

@@ -31,7 +31,10 @@ head over one query sequence made of the group's query heads (Q and dO copied by
 [batch * heads_q, q_pad, head_dim], q_pad a multiple of BlockQ, the mask taking the row modulo q_pad), so dK / dV
 come out summed over the group with no reduction pass. What it rejects (before nvcc, with the rule): variable
 lengths (upstream's descriptors span whole sequences: use arch sm80), deterministic dQ (upstream adds dQ partials
-by TMA reduce in arrival order), bf16 (upstream's collective does not compile for it).
+by TMA reduce in arrival order), dtypes other than f16 / bf16. bf16: upstream's collective assigns the f32 dS to
+a register fragment of the element type, which cutlass::bfloat16_t refuses; a bf16 instance's translation unit
+alone specializes CuTe's register-fragment engine for bfloat16_t (bf16_fragment.cu.j2) so its elements also
+take a float, rounded as bfloat16_t(float) rounds, with upstream's storage and value type.
 """
 
 from __future__ import annotations
@@ -42,9 +45,10 @@ from emitter.families.attention.model import Arch, Layout, Mask, Rejection
 
 ARCHES = (Arch.sm90a,)
 LEVELS = ("types", "mask", "schedule", "phases", "device", "entry")
-# f16 only: upstream's collective assigns the f32 dS to an Element (acc_DS(i) = float expression), which
-# cutlass::half_t takes and cutlass::bfloat16_t refuses (no assignment from float): bf16 does not compile
-DTYPES = (DType.f16,)
+# upstream's collective assigns the f32 dS to an Element (acc_DS(i) = float expression), which cutlass::half_t
+# takes and cutlass::bfloat16_t refuses (no assignment from float): a bf16 instance's translation unit gives
+# bfloat16_t register fragments elements that take a float (templates/attention/sm90a/bwd/bf16_fragment.cu.j2)
+DTYPES = (DType.f16, DType.bf16)
 HEAD_DIMS = (32, 64, 128)     # the head dims examples/88 instantiates its backward for
 TILE_KV = 128                 # two MMA warp groups of 64 key rows each (wgmma M = 64 per warp group)
 # BlockQ per head dim: upstream's instantiations (88_hopper_fmha.cu run_bwd_32/64/128); d128 at BlockQ 128
@@ -67,10 +71,8 @@ def resolve(inst: AttentionBackwardInstance) -> AttentionBackwardInstance | Reje
     if inst.arch not in ARCHES:
         return _reject(inst, "arch", f"attention/backward_sm90a.py resolves sm90a backward instances, not {inst.arch}")
     if inst.dtype not in DTYPES:
-        return _reject(inst, "sm90a-backward-dtype", f"dtype {inst.dtype}: examples/88's backward compiles for f16 only "
-                                                     f"(its collective assigns the f32 dS to the element type, which "
-                                                     f"cutlass::bfloat16_t refuses): use dtype f16 here, or arch sm80 "
-                                                     f"for bf16")
+        return _reject(inst, "sm90a-backward-dtype", f"dtype {inst.dtype}: examples/88's backward is built for 16-bit "
+                                                     f"floats (its GMMA operands and TMA tiles): use dtype f16 or bf16")
     if inst.head_dim not in HEAD_DIMS:
         return _reject(inst, "sm90a-backward-head-dim", f"head_dim={inst.head_dim}: examples/88's backward is built for "
                                                         f"head dims {', '.join(map(str, HEAD_DIMS))}: use one of them "
@@ -113,6 +115,7 @@ def template_context(inst: AttentionBackwardInstance) -> dict:
         "arch": inst.arch.yaml,
         "gencode": gencode(inst),
         "element": _ELEMENT[inst.dtype],
+        "bf16": inst.dtype is DType.bf16,   # bf16_fragment.cu.j2: fragments of bfloat16_t that take a float
         "tile_q": inst.tile_q,
         "tile_kv": inst.tile_kv,
         "head_dim": inst.head_dim,
