@@ -2,9 +2,9 @@
 instance verified on its default problems (dQ, dK, dV against autograd through the float64 forward: odd lengths
 both ways, both causal alignments with seq_q != seq_k, a run-time scale, large magnitudes, padded input rows),
 planted bugs in emitter's own levels caught for their reasons, the phase counters reused across launches, a
-speed table against torch SDPA's backward (cuDNN and flash) on the same f16 tensors (upstream's backward compiles
-for f16 only), and a transformer block's training step (an sm90a forward saving O and the LSE, the sm90a backward)
-against torch's.
+speed table against torch SDPA's backward (cuDNN and flash) on the same f16 and bf16 tensors, and a transformer
+block's training step in f16 and in bf16 (an sm90a forward saving O and the LSE, the sm90a backward) against
+torch's.
 
     source .device-wheels/setup.sh; python3 -m pytest -q -s -m gpu tests/attention/test_attention_backward_sm90a_gpu.py
 EMITTER_ATTN_BWD90_DIR=<dir> reuses (or keeps) the emitted and built directory; EMITTER_GPU_REPORTS=<dir> writes
@@ -41,8 +41,7 @@ def suite(tmp_path_factory):
     from emitter.manifest import load, write
 
     root = Path(os.environ.get("EMITTER_ATTN_BWD90_DIR") or tmp_path_factory.mktemp("attn_bwd90_gpu"))
-    if not (root / "manifest.json").is_file():
-        emit([str(CONFIG)], root)
+    emit([str(CONFIG)], root)    # unchanged files are kept (so is their build): a kept directory gets new entries
     data = load(root)
     real = [e for e in data["instances"] if "planted" not in e and e["config"].get("op") == "backward"]
     forward = [e for e in data["instances"] if "planted" not in e and e["config"].get("op") != "backward"]
@@ -93,6 +92,10 @@ def test_default_problems_pass_on_every_instance(suite):
     assert seen(lambda c, p, v: c["mask"] != "none" and 1 < p["heads_kv"] < p["heads_q"]), "GQA, causal"
     assert seen(lambda c, p, v: p["heads_kv"] == 1 and p["heads_q"] > 1), "MQA"
     assert seen(lambda c, p, v: c["layout"] == "bhsd"), "BHSD"
+    for d in (64, 128):     # bf16 (the instance's bf16 fragments): d64 and d128, full and causal
+        for mask in ("none", "causal_top_left"):
+            assert seen(lambda c, p, v: c["dtype"] == "bf16" and c["head_dim"] == d and c["mask"] == mask), \
+                f"bf16 d{d} {mask}"
     assert seen(lambda c, p, v: "_large" in v["label"]), "large magnitudes"
     assert seen(lambda c, p, v: p["pad"] > 0 and v["stray_writes"] == 0), "padded rows"
 
@@ -161,19 +164,24 @@ def test_planted_no_scale_ds(suite):
 
 
 # ------------------------------------------------------------------------------------------------ speed
-SPEED = [  # (head_dim, seq, causal): B*S = 16k tokens, H*D = 2048 (the issue's anchor set, S <= 4k)
-    (128, 1024, False), (128, 1024, True), (128, 4096, False), (128, 4096, True),
-    (64, 1024, False), (64, 1024, True), (64, 4096, False), (64, 4096, True),
+SPEED = [  # (dtype, head_dim, seq, causal): B*S = 16k tokens, H*D = 2048 (the issue's anchor set, S <= 4k)
+    (dt, d, s, causal) for dt in ("bf16", "f16") for d in (128, 64) for s in (1024, 4096) for causal in (False, True)
 ]
-KERNELS = {(128, False): ["attn_bwd_sm90a_f16_d128_64x128_nomask_bshd_gqa"],
-           (128, True): ["attn_bwd_sm90a_f16_d128_64x128_causaltl_bshd_gqa"],
-           (64, False): ["attn_bwd_sm90a_f16_d64_64x128_nomask_bshd", "attn_bwd_sm90a_f16_d64_128x128_nomask_bshd"],
-           (64, True): ["attn_bwd_sm90a_f16_d64_64x128_causaltl_bshd", "attn_bwd_sm90a_f16_d64_128x128_causaltl_bshd"]}
+
+
+def _kernels(dt: str, d: int, causal: bool) -> list[str]:
+    mask = "causaltl" if causal else "nomask"
+    if d == 128:
+        return [f"attn_bwd_sm90a_{dt}_d128_64x128_{mask}_bshd_gqa"]
+    return [f"attn_bwd_sm90a_{dt}_d64_{t}_{mask}_bshd" for t in ("64x128", "128x128")]
+
+
+AGREE = {"f16": 2e-2, "bf16": 5e-2}     # max |ours - cuDNN| / max |cuDNN| per gradient
 
 
 def test_speed_table(suite):
     """emitter's sm90a backward (one launch: preprocessing, upstream's kernel, dQ conversion; the counter reset
-    of each call's initialize included) against SDPA's backward, cuDNN and flash, on the same f16 tensors.
+    of each call's initialize included) against SDPA's backward, cuDNN and flash, on the same bf16 / f16 tensors.
     Reports; asserts that everything ran, and that a launch after 20+ on one workspace (without the counter reset)
     agrees with cuDNN's gradients."""
     torch = pytest.importorskip("torch")
@@ -186,8 +194,8 @@ def test_speed_table(suite):
     root, real, planted, records, runner = suite
     by = {e["name"]: e for e in real}
     rows = []
-    dt = torch.float16
-    for d, s, causal in SPEED:
+    for dname, d, s, causal in SPEED:
+        dt = {"f16": torch.float16, "bf16": torch.bfloat16}[dname]
         b, h = 16384 // s, 2048 // d
         torch.manual_seed(0)
         q, kk, v, do = (torch.randn(b, s, h, d, device="cuda", dtype=dt) for _ in range(4))
@@ -206,7 +214,7 @@ def test_speed_table(suite):
         p = make_problem(batch=b, heads_q=h, heads_kv=h, seq_q=s, seq_k=s, head_dim=d)
         timed = []
         counters = ((1 + 3 * b * h) * 4 + 255) // 256 * 256
-        for name in KERNELS[(d, causal)]:
+        for name in _kernels(dname, d, causal):
             k = runner.kernel(by[name])
             grads = {g: torch.empty(b, s, h, d, device="cuda", dtype=dt) for g in ("dq", "dk", "dv")}
             ptrs = {"q": q.data_ptr(), "k": kk.data_ptr(), "v": v.data_ptr(), "o": o.data_ptr(),
@@ -249,36 +257,36 @@ def test_speed_table(suite):
         for g, r in zip(("dq", "dk", "dv"), ref):
             r = r.transpose(1, 2).float()
             agree[g] = float((grads[g].float() - r).abs().max() / r.abs().max())
-        rows.append({"case": f"d{d} s{s} {'causal' if causal else 'full'}", "kernel": kname, "grid": grid,
+        rows.append({"case": f"{dname} d{d} s{s} {'causal' if causal else 'full'}", "dtype": dname,
+                     "kernel": kname, "grid": grid,
                      "candidates_tflops": others, "ours_tflops": flop / t_ours / 1e9,
                      "cudnn_tflops": flop / base["cudnn"] / 1e9, "flash_tflops": flop / base["flash"] / 1e9,
                      "vs_cudnn": base["cudnn"] / t_ours, "vs_flash": base["flash"] / t_ours,
                      "max_rel_vs_cudnn": agree, "gpu": torch.cuda.get_device_name()})
         del q, kk, v, do, qt, kt, vt, out, out_b, o, lse, grads, timed
         torch.cuda.empty_cache()
-    print(f"\n{'case':18} {'emitter':>8} {'cuDNN':>8} {'FA2':>8} {'x cuDNN':>8} {'x FA2':>8}  kernel (grid), max rel vs cuDNN")
+    print(f"\n{'case':23} {'emitter':>8} {'cuDNN':>8} {'FA2':>8} {'x cuDNN':>8} {'x FA2':>8}  kernel (grid), max rel vs cuDNN")
     for r in rows:
-        print(f"{r['case']:18} {r['ours_tflops']:8.1f} {r['cudnn_tflops']:8.1f} {r['flash_tflops']:8.1f} "
+        print(f"{r['case']:23} {r['ours_tflops']:8.1f} {r['cudnn_tflops']:8.1f} {r['flash_tflops']:8.1f} "
               f"{r['vs_cudnn']:8.2f} {r['vs_flash']:8.2f}  {r['kernel'][15:]} {r['grid']} "
               + " ".join(f"{g} {x:.1e}" for g, x in r["max_rel_vs_cudnn"].items()))
-    geo = lambda key: math.exp(sum(math.log(r[key]) for r in rows) / len(rows))   # noqa: E731
-    print(f"geomean x cuDNN {geo('vs_cudnn'):.2f}, x FA2 {geo('vs_flash'):.2f} on {rows[0]['gpu']} (TFLOP/s = 2.5 x "
-          f"forward FLOPs / time, f16)")
+    for dname in ("bf16", "f16"):
+        sel = [r for r in rows if r["dtype"] == dname]
+        geo = lambda key: math.exp(sum(math.log(r[key]) for r in sel) / len(sel))   # noqa: E731
+        print(f"{dname}: geomean x cuDNN {geo('vs_cudnn'):.2f}, x FA2 {geo('vs_flash'):.2f} on {rows[0]['gpu']} "
+              f"(TFLOP/s = 2.5 x forward FLOPs / time)")
     report("attention_backward_sm90a", "speed", rows)
     for r in rows:
-        assert all(x < 2e-2 for x in r["max_rel_vs_cudnn"].values()), r
+        assert all(x < AGREE[r["dtype"]] for x in r["max_rel_vs_cudnn"].values()), r
 
 
 # ------------------------------------------------------------------------------------------------ training step
-FWD = "attn_sm90a_f16_d64_128x128_cooperative_s5_causaltl_bshd_lse"
-BWD = "attn_bwd_sm90a_f16_d64_64x128_causaltl_bshd"
-
-
-def test_training_step_matches_torch(suite):
+@pytest.mark.parametrize("dname", ["f16", "bf16"])
+def test_training_step_matches_torch(suite, dname):
     """A transformer block's training step (LayerNorm, Q/K/V projections, causal attention, output projection,
-    MLP) in f16 with emitter's sm90a attention (forward FWD saving O and the LSE, backward BWD) against the same
-    block with torch's SDPA in f16, both judged by the block in float64: every parameter's gradient (and the
-    input's) within 2x torch's own f16 error (+1e-3)."""
+    MLP) in f16 / bf16 with emitter's sm90a attention (forward FWD saving O and the LSE, backward BWD) against the
+    same block with torch's SDPA in that dtype, both judged by the block in float64: every parameter's gradient
+    (and the input's) within 2x torch's own error in that dtype (+1e-3)."""
     torch = pytest.importorskip("torch")
     import torch.nn as nn
     import torch.nn.functional as F
@@ -287,6 +295,9 @@ def test_training_step_matches_torch(suite):
     from emitter.families.attention import backward_torch, torch_run
 
     root, real, planted, records, runner = suite
+    FWD = f"attn_sm90a_{dname}_d64_128x128_cooperative_s5_causaltl_bshd_lse"
+    BWD = f"attn_bwd_sm90a_{dname}_d64_64x128_causaltl_bshd"
+    dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[dname]
     fwd, bwd = torch_run.AttentionKernel(root, FWD), backward_torch.BackwardKernel(root, BWD)
     B, S, H, D = 2, 200, 8, 64
     C = H * D
@@ -330,15 +341,15 @@ def test_training_step_matches_torch(suite):
         return grads
 
     truth = step(torch.float64, torch_attn, SDPBackend.MATH)
-    g_torch, g_emit = step(torch.float16, torch_attn), step(torch.float16, emitter_attn)
+    g_torch, g_emit = step(dtype, torch_attn), step(dtype, emitter_attn)
 
     def err(g, ref):
         return float((g - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
 
     rows = [(n, err(g_emit[n], truth[n]), err(g_torch[n], truth[n])) for n in truth]
-    print(f"\n{'gradient':16} {'emitter':>9} {'torch':>9}   (max |g - g64| / max |g64|, f16, sm90a forward + backward)")
+    print(f"\n{'gradient':16} {'emitter':>9} {'torch':>9}   (max |g - g64| / max |g64|, {dname}, sm90a forward + backward)")
     for n, e_, t_ in rows:
         print(f"{n:16} {e_:9.2e} {t_:9.2e}")
-    report("attention_backward_sm90a", "training_step", rows)
+    report("attention_backward_sm90a", f"training_step_{dname}", rows)
     bad = [(n, e_, t_) for n, e_, t_ in rows if not e_ <= 2 * t_ + 1e-3]
     assert not bad, bad
