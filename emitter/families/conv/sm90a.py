@@ -217,7 +217,9 @@ def dgrad_phase_plan(p) -> list[dict]:
     for ad in range(p.stride[0]):
         for ah in range(p.stride[1]):
             for aw in range(p.stride[2]):
+                # a unit-stride dim stays whole (its dilation too)
                 per = [_dgrad_phase_dim(dims[i][0], dims[i][1], p.stride[i], p.pad_front[i], outs[i], a)
+                       if p.stride[i] > 1 else (0, dims[i][1], p.pad_front[i], dims[i][0], dims[i][0], p.pad_back[i])
                        for i, a in enumerate((ad, ah, aw))]
                 ph = {"a": (ad, ah, aw)}
                 for j, key in enumerate(("r0", "taps", "pad", "extent", "conv", "pad_back")):
