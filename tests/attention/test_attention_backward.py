@@ -102,7 +102,7 @@ def test_mixed_ops_refuse_op_specific_keys_with_the_fix():
     (dict(head_dim=256, head_dim_v=128), "backward-head-dim-v"),
     (dict(tile_q=32), "backward-tile-q"),
     (dict(tile_kv=256), "backward-tile-kv"),
-    (dict(arch=Arch.sm90a), "sm90a-backward-dtype"),       # bf16: upstream's sm90a backward is f16 only
+    (dict(arch=Arch.sm90a, dtype=DType.f32), "sm90a-backward-dtype"),   # sm90a: f16 / bf16 only
 ])
 def test_rejections_name_the_rule(change, rule):
     inst = AttentionBackwardInstance(Arch.sm80, DType.bf16, 128, 128, 128, 128).replace(**change)
