@@ -87,7 +87,7 @@ def test_resolves_names_and_renders_wgrad_and_fprop():
     ("filter: 11x11\n", "depthwise-simt-filter"),
     ("tile: 32x1x48\n", "depthwise-simt-tile"),
     ("tile: 4x1x64\n", "depthwise-simt-tile"),
-    ("tile: 32x2x64\n", "depthwise-simt-tile"),
+    ("tile: 32x9x64\n", "depthwise-simt-tile"),
     ("alignment: 4\n", "depthwise-simt-alignment"),
     ("stride: 2\n", "depthwise-simt-stride"),
     ("arch: sm90a\n", "depthwise-simt-sm80"),

@@ -5,7 +5,9 @@ and 2; dilation 2; asymmetric padding; alpha and beta != 0; a layer whose wgrad 
 planted bugs caught for their reason, the wgrad run twice on one workspace (its tickets must come back zero, and the
 result must be bit-identical: the reduction is deterministic), and a speed table against cuDNN on MobileNetV2 /
 EfficientNet / ConvNeXt depthwise layers (F.conv2d(groups=C) for fprop, aten.convolution_backward on channels_last
-tensors for wgrad), each output checked against cuDNN's.
+tensors for wgrad), each output checked against cuDNN's; and the exported library of the config (CMake, sm_80)
+choosing these kernels for depthwise wgrad and fprop, its conv2d_weight_grad / conv2d / conv2d_input_grad against
+torch.
 
 EMITTER_CONV_DWSIMT_GPU_DIR: a directory where configs/conv/depthwise_simt.yaml was emitted and built; otherwise the
 test emits and builds it (12 instances, about 10 s of nvcc each)."""
@@ -208,3 +210,69 @@ def test_speed_against_cudnn(kernels):
         for v in ratios:
             geo *= v
         print(f"{op}: geomean x cuDNN {geo ** (1 / len(ratios)):.3f} over {len(ratios)} layers")
+
+
+# ------------------------------------------------------------------------------------------------ exported library
+def _run(cmd, log: Path) -> None:
+    with open(log, "a") as f:
+        f.write("$ " + " ".join(map(str, cmd)) + "\n")
+        f.flush()
+        r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT)
+    assert r.returncode == 0, f"{cmd[:4]} failed; see {log}"
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    import shutil
+
+    _gpu()
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from _helpers import load_module
+
+    if shutil.which("cmake") is None:
+        pytest.skip("cmake not found")
+    work = tmp_path_factory.mktemp("conv_dwsimt_library_gpu")
+    log = Path(os.environ.get("OUT", work)) / "conv_dwsimt_library_build.log"
+    py = sys.executable
+    _run([py, "-m", "emitter", "emit", str(SPEC), "-o", str(work / "gen")], log)
+    tree = work / "convdws"
+    _run([py, "-m", "emitter", "library", str(work / "gen"), "--name", "convdws", "-o", str(tree)], log)
+    _run(["cmake", "-S", str(tree), "-B", str(tree / "build"), "-DCMAKE_CUDA_ARCHITECTURES=80",
+          "-DCMAKE_BUILD_TYPE=Release"], log)
+    _run(["cmake", "--build", str(tree / "build"), "-j", str(os.cpu_count() or 16)], log)
+    so = next(iter(sorted(tree.rglob("libconvdws.so"))))
+    mod = load_module("convdws", tree / "python" / "convdws.py")
+    mod.load(str(so))
+    return mod
+
+
+@pytest.mark.parametrize("r,st", [(3, 1), (3, 2), (5, 1), (7, 1)])
+def test_library_runs_depthwise_wgrad_fprop_and_dgrad_on_the_simt_kernels(lib, r, st):
+    """The exported library of configs/conv/depthwise_simt.yaml: conv_select picks the SIMT kernel for a depthwise
+    wgrad and fprop (the C API's depthwise-first order), and conv2d_weight_grad / conv2d / conv2d_input_grad (the
+    fprop of dy) agree with torch."""
+    import torch
+    import torch.nn.functional as F
+
+    torch.manual_seed(r * 10 + st)
+    c, pad = 136, r // 2
+    x = torch.randn(4, c, 23, 20, device="cuda", dtype=torch.float16).to(memory_format=torch.channels_last)
+    w = torch.randn(c, 1, r, r, device="cuda", dtype=torch.float16).to(memory_format=torch.channels_last)
+    y = F.conv2d(x, w, stride=st, padding=pad, groups=c)
+    gy = torch.randn_like(y).contiguous(memory_format=torch.channels_last)
+    sel = lib.conv_select("wgrad", x, None, gy, shape=tuple(w.shape), stride=st, padding=pad, groups=c)
+    print("wgrad", r, st, sel)
+    assert "conv2d_wgrad_" in sel["kernel"] and f"_dwsimt_f{r}x{r}_" in sel["kernel"], sel
+    xs, ws = x.float().requires_grad_(), w.float().requires_grad_()
+    gx, gw = torch.autograd.grad(F.conv2d(xs, ws, stride=st, padding=pad, groups=c), (xs, ws), grad_outputs=gy.float())
+    got = lib.conv2d_weight_grad(x, gy, tuple(w.shape), stride=st, padding=pad, groups=c)
+    torch.cuda.synchronize()
+    err = float((got.float() - gw).norm() / gw.norm())
+    assert err < 5e-3, ("wgrad", r, st, err)
+    sel = lib.conv_select("fprop", x, w, None, stride=st, padding=pad, groups=c)
+    assert f"_dwsimt_f{r}x{r}_" in sel["kernel"], sel
+    err = float((lib.conv2d(x, w, stride=st, padding=pad, groups=c).float() - y.float()).norm() / y.float().norm())
+    assert err < 5e-3, ("fprop", r, st, err)
+    got = lib.conv2d_input_grad(gy, w, tuple(x.shape), stride=st, padding=pad, groups=c)
+    err = float((got.float() - gx).norm() / gx.norm())
+    assert err < 5e-3, ("dgrad", r, st, err)

@@ -12,11 +12,15 @@ Every thread owns a vector of 8 channels (16 bytes of f16 / bf16) and f32 accumu
   in group order, then writes alpha * sum + beta * source: deterministic (a fixed order of additions whatever
   the CTAs' timing), one launch, every dw element written.
 * fprop: y[n, p, q, c] = sum over r, s of x[...] * w[c, r, s]; a thread computes `tile n` output pixels along Q of
-  one row, the taps in registers, x read through L1 / L2.
+  one row, the CTA's taps in shared memory, x read through L1 / L2.
 
-`tile` is rows x pixels x channels: rows = threads along the positions (output pixels), pixels = output pixels a
-thread computes along Q (fprop; 1 for wgrad), channels = a CTA's channel block (16..256, a multiple of 8 lanes).
-The filter R x S is compiled in (1..9), stride, dilation and padding are read at run time.
+Both ops walk runs of `tile n` output pixels along Q. Where the problem's W stride and dilation are (1, 1) or (2, 1)
+the kernel has them compiled in (a branch at the top): each x column a filter row reaches is loaded and converted
+once and the (pixel, tap) pairs that read it are resolved at compile time; other steps load per pixel and tap.
+
+`tile` is rows x pixels x channels: rows = threads along the runs, pixels = output pixels a thread computes along Q,
+channels = a CTA's channel block (16..256, a multiple of 8 lanes). The filter R x S is compiled in (1..9); stride,
+dilation and padding are read at run time.
 
 resolve_simt() checks what the templates build before nvcc; what a problem must satisfy (groups = C = K, C % 8,
 the compiled filter) is problem.depthwise_simt_reasons, the shim's EMITTER_CANNOT_IMPLEMENT rules in words.
@@ -100,9 +104,6 @@ def resolve_simt(inst: ConvInstance) -> ConvInstance | Rejection:
         return reject(inst, "depthwise-simt-tile", f"tile {t}: rows {t.m} x {t.k // VECTOR} channel vectors = "
                                                    f"{threads} threads; a CTA needs a multiple of 32 in 64..512: "
                                                    f"change the first number")
-    if inst.op is ConvOp.wgrad and t.n != 1:
-        return reject(inst, "depthwise-simt-tile", f"tile {t}: a wgrad thread walks single positions: the second "
-                                                   f"number must be 1")
     if not 1 <= t.n <= MAX_PIXELS:
         return reject(inst, "depthwise-simt-tile", f"tile {t}: output pixels a thread (the second number) 1.."
                                                    f"{MAX_PIXELS}")
