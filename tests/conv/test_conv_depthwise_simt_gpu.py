@@ -1,5 +1,6 @@
 """emitter's SIMT depthwise kernel (`kernel: depthwise_simt`, sm80; Hopper runs the sm_80 build) on the GPU: every
-instance of configs/conv/depthwise_simt.yaml (wgrad and fprop; 3x3, 5x5, 7x7; f16 and bf16) on its default problems
+instance of configs/conv/depthwise_simt.yaml and depthwise_simt_dgrad.yaml (wgrad, fprop, dgrad; 3x3, 5x5, 7x7; f16
+and bf16) on its default problems
 against the float64 reference (C below, at and past a CTA's channel block, no multiple of 64; odd H and W; stride 1
 and 2; dilation 2; asymmetric padding; alpha and beta != 0; a layer whose wgrad reduction runs both levels), the
 planted bugs caught for their reason, the wgrad run twice on one workspace (its tickets must come back zero, and the
@@ -9,8 +10,8 @@ tensors for wgrad), each output checked against cuDNN's; and the exported librar
 choosing these kernels for depthwise wgrad and fprop, its conv2d_weight_grad / conv2d / conv2d_input_grad against
 torch.
 
-EMITTER_CONV_DWSIMT_GPU_DIR: a directory where configs/conv/depthwise_simt.yaml was emitted and built; otherwise the
-test emits and builds it (12 instances, about 10 s of nvcc each)."""
+EMITTER_CONV_DWSIMT_GPU_DIR: a directory where both configs were emitted and built; otherwise the test emits and builds
+them (18 instances, about 7 s of nvcc each)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "configs" / "conv" / "depthwise_simt.yaml"
+DGRAD = ROOT / "configs" / "conv" / "depthwise_simt_dgrad.yaml"
 pytestmark = pytest.mark.gpu
 
 
@@ -45,11 +47,11 @@ def kernels(tmp_path_factory):
     else:
         root = tmp_path_factory.mktemp("conv_dwsimt_gpu") / "gen"
         run = [sys.executable, "-m", "emitter"]
-        subprocess.run(run + ["emit", str(SPEC), "-o", str(root)], check=True)
+        subprocess.run(run + ["emit", str(SPEC), str(DGRAD), "-o", str(root)], check=True)
         subprocess.run(run + ["build", str(root), "-j", str(os.cpu_count() or 4), "--no-progress"], check=False)
     manifest = json.loads((root / "manifest.json").read_text())
     simt = [e for e in manifest["instances"] if e.get("config", {}).get("kernel") == "depthwise_simt"]
-    assert len(simt) == 12, [e["name"] for e in simt]
+    assert len(simt) == 18, [e["name"] for e in simt]
     return {e["name"]: ConvKernel(root, e) for e in simt}
 
 
@@ -81,7 +83,8 @@ def test_planted_bugs_are_caught_for_their_reason(kernels):
         p = planted_problem(k.cfg)
         assert run_case(k, p, "normal", 7)["status"] == "PASSED", name
         bugs = planted_bugs(k.cfg)
-        assert set(bugs) == {"wrong_padding", "swapped_filter_axes", "stride_ignored", "row_short", "group_offset"}
+        want = {"wrong_padding", "swapped_filter_axes", "stride_ignored", "row_short", "group_offset"}
+        assert set(bugs) == (want - {"group_offset"} if k.cfg.op == "dgrad" else want)
         for bug in bugs:
             if bug == "swapped_filter_axes" and k.cfg.op == "wgrad":
                 v = _wgrad_swapped(k, p, 7)
@@ -175,7 +178,7 @@ def test_speed_against_cudnn(kernels):
         w = torch.randn(c, 1, r, r, device="cuda", dtype=torch.float16)
         dy = torch.randn(n, c, pp, qq, device="cuda", dtype=torch.float16).to(memory_format=torch.channels_last)
         stream = torch.cuda.current_stream().cuda_stream
-        for op in ("fprop", "wgrad"):
+        for op in ("fprop", "dgrad", "wgrad"):
             k = _kernel_for(kernels, op, r, "f16")
             if op == "fprop":
                 out = torch.empty(n, c, pp, qq, device="cuda", dtype=torch.float16).to(memory_format=torch.channels_last)
@@ -184,6 +187,14 @@ def test_speed_against_cudnn(kernels):
                 def cudnn():
                     return F.conv2d(x, w, stride=st, padding=pad, groups=c)
                 nbytes = (x.numel() + out.numel() + w.numel()) * 2
+            elif op == "dgrad":
+                out = torch.empty_like(x)
+                ptrs = {"x": out.data_ptr(), "w": w.data_ptr(), "y": dy.data_ptr()}
+
+                def cudnn():
+                    return torch.ops.aten.convolution_backward(dy, x, w, None, [st, st], [pad, pad], [1, 1], False,
+                                                               [0, 0], c, [True, False, False])[0]
+                nbytes = (x.numel() + dy.numel() + w.numel()) * 2
             else:
                 out = torch.empty_like(w)
                 ptrs = {"x": x.data_ptr(), "w": out.data_ptr(), "y": dy.data_ptr()}
@@ -204,7 +215,7 @@ def test_speed_against_cudnn(kernels):
     print(f"{'layer':34s} {'op':6s} {'TFLOP/s':>8s} {'GB/s':>7s} {'cuDNN TFLOP/s':>14s} {'x cuDNN':>8s} {'rel err':>8s}  grid")
     for label, op, tf, gbs, tc, ratio, rel, grid in rows:
         print(f"{label:34s} {op:6s} {tf:8.2f} {gbs:7.0f} {tc:14.2f} {ratio:8.2f} {rel:8.1e}  {grid}")
-    for op in ("fprop", "wgrad"):
+    for op in ("fprop", "dgrad", "wgrad"):
         ratios = [row[5] for row in rows if row[1] == op]
         geo = 1.0
         for v in ratios:
@@ -273,6 +284,9 @@ def test_library_runs_depthwise_wgrad_fprop_and_dgrad_on_the_simt_kernels(lib, r
     assert f"_dwsimt_f{r}x{r}_" in sel["kernel"], sel
     err = float((lib.conv2d(x, w, stride=st, padding=pad, groups=c).float() - y.float()).norm() / y.float().norm())
     assert err < 5e-3, ("fprop", r, st, err)
+    sel = lib.conv_select("dgrad", None, w, gy, shape=tuple(x.shape), stride=st, padding=pad, groups=c)
+    print("dgrad", r, st, sel.get("route"), sel["kernel"])
+    assert "_dwsimt_" in sel["kernel"], sel        # its own dgrad, or the fprop of dy: the route model's choice
     got = lib.conv2d_input_grad(gy, w, tuple(x.shape), stride=st, padding=pad, groups=c)
     err = float((got.float() - gx).norm() / gx.norm())
     assert err < 5e-3, ("dgrad", r, st, err)

@@ -139,7 +139,7 @@ def planted_bugs(cfg: ConvConfig) -> tuple[str, ...]:
         runtime_stride = tuple(cfg.conv_stride) == (0, 0)
         return tuple(b for b in PLANTED if b != "stride_ignored" or runtime_stride) + GROUP_PLANTED
     if cfg.kernel == "depthwise_simt":     # run-time stride; the group offset planted where x is read (fprop, wgrad)
-        return PLANTED + GROUP_PLANTED
+        return PLANTED + (GROUP_PLANTED if cfg.op != "dgrad" else ())
     return PLANTED + GROUP_PLANTED if cfg.group_mode != "none" else PLANTED
 
 

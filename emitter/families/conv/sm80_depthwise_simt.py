@@ -13,6 +13,9 @@ Every thread owns a vector of 8 channels (16 bytes of f16 / bf16) and f32 accumu
   the CTAs' timing), one launch, every dw element written.
 * fprop: y[n, p, q, c] = sum over r, s of x[...] * w[c, r, s]; a thread computes `tile n` output pixels along Q of
   one row, the CTA's taps in shared memory, x read through L1 / L2.
+* dgrad (gather, any stride): dx[n, h, w, c] = sum over the taps (r, s) and output pixels (p, q) with
+  p * sh - ph + r * dh = h and q * sw - pw + s * dw = w of dy[n, p, q, c] * w[c, r, s]; a thread computes `tile n`
+  input pixels along W, checking each tap's divisibility by the stride.
 
 Both ops walk runs of `tile n` output pixels along Q. Where the problem's W stride and dilation are (1, 1) or (2, 1)
 the kernel has them compiled in (a branch at the top): each x column a filter row reaches is loaded and converted
@@ -35,7 +38,7 @@ from emitter.families.conv.model import (
     StrideSupport,
 )
 
-OPS = (ConvOp.wgrad, ConvOp.fprop)
+OPS = (ConvOp.wgrad, ConvOp.fprop, ConvOp.dgrad)
 CHANNELS = (16, 32, 64, 128, 256)
 MAX_FILTER = 9
 VECTOR = 8                     # channels a thread: 16 bytes of a 16-bit type
@@ -64,8 +67,8 @@ def tap_rows(r: int, s: int) -> int:
 def resolve_simt(inst: ConvInstance) -> ConvInstance | Rejection:
     if inst.op not in OPS or inst.dims != 2:
         return reject(inst, "depthwise-simt-op", f"kernel depthwise_simt with {inst.dims}d {inst.op}: emitter's "
-                                                 f"SIMT depthwise kernel is built for 2D wgrad and fprop: use op: "
-                                                 f"wgrad or fprop, dims: 2")
+                                                 f"SIMT depthwise kernel is built for 2D wgrad, fprop and dgrad: "
+                                                 f"use dims: 2")
     if inst.a not in (DType.f16, DType.bf16):
         return reject(inst, "depthwise-simt-dtype", f"{inst.a} inputs: the SIMT depthwise kernel reads 16-byte "
                                                     f"vectors of 8 f16 or bf16 channels: use dtype f16 or bf16")
@@ -79,10 +82,10 @@ def resolve_simt(inst: ConvInstance) -> ConvInstance | Rejection:
     if inst.group_mode is not ConvGroupMode.none:
         return reject(inst, "depthwise-simt-group-mode", f"group_mode {inst.group_mode}: the kernel is depthwise by "
                                                          f"construction (groups = C = K): remove group_mode")
-    if (inst.iterator is not IteratorAlgorithm.optimized or inst.stride_support is not StrideSupport.strided
-            or inst.split_k is not SplitK.none or inst.swizzle != 1 or inst.warp is not None
+    # stride_support: the spec's dgrad default is unity; the kernel runs any stride, so either value means that
+    if (inst.iterator is not IteratorAlgorithm.optimized or inst.split_k is not SplitK.none or inst.swizzle != 1 or inst.warp is not None
             or inst.instruction is not None or inst.stages not in (AUTO, 1)):
-        return reject(inst, "depthwise-simt-keys", "iterator / stride_support / split_k / swizzle / warp / "
+        return reject(inst, "depthwise-simt-keys", "iterator / split_k / swizzle / warp / "
                                                    "instruction / stages: the SIMT depthwise kernel has none of "
                                                    "them (it splits the wgrad reduction itself): remove them")
     if inst.epilogue.bias or inst.epilogue.activation is not Activation.identity:
@@ -113,7 +116,8 @@ def resolve_simt(inst: ConvInstance) -> ConvInstance | Rejection:
             return reject(inst, "depthwise-simt-alignment", f"alignment {which}={al}: the kernel moves 16-byte "
                                                             f"vectors of {full} channels: use alignment auto or "
                                                             f"{full} (C = K a multiple of {full})")
-    return inst.replace(stages=1, cluster=None, alignment_a=full, alignment_b=full, alignment_c=full)
+    return inst.replace(stages=1, cluster=None, alignment_a=full, alignment_b=full, alignment_c=full,
+                        stride_support=StrideSupport.strided)
 
 
 def template_context(inst: ConvInstance) -> dict:
@@ -127,6 +131,7 @@ def template_context(inst: ConvInstance) -> dict:
         "gencode": f"arch=compute_{inst.arch.cc},code=sm_{inst.arch.cc}",
         "op": inst.op.value,
         "wgrad": inst.op is ConvOp.wgrad,
+        "dgrad": inst.op is ConvOp.dgrad,
         "element": inst.a.cpp,
         "bf16": inst.a is DType.bf16,
         "filter": [r, s],
