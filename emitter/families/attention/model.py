@@ -26,6 +26,9 @@ fixes what the kernel is compiled for:
   gqa          heads_kv may divide heads_q (grouped-query attention, MQA included); query head h reads
                KV head h // (heads_q // heads_kv). False: heads_kv must equal heads_q
   varlen       variable sequence lengths (cu_seqlens_q / cu_seqlens_k, packed [total, heads, dim])
+  warp_groups  sm90a: consumer (MMA) warp groups of the warp-specialized kernel, 64 query rows each
+               (tile_q = 64 x warp_groups); 2 unless the spec says otherwise (sm80: always 2). config() leaves
+               the default out, so manifests of 2-group instances read as before
 """
 
 from __future__ import annotations
@@ -112,6 +115,7 @@ class AttentionInstance:
     lse: bool = False
     gqa: bool = False
     varlen: bool = False
+    warp_groups: int = 2
     # where it came from (not part of identity)
     spec_file: str = field(default="", compare=False)
     spec_index: int = field(default=0, compare=False)
@@ -134,7 +138,7 @@ class AttentionInstance:
             if isinstance(v, Enum):
                 return v.value[0] if isinstance(v.value, tuple) else v.value
             return v
-        skip = {"spec_file", "spec_index", "spec_hash"}
+        skip = {"spec_file", "spec_index", "spec_hash"} | ({"warp_groups"} if self.warp_groups == 2 else set())
         return {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name not in skip}
 
     @classmethod
@@ -147,7 +151,7 @@ class AttentionInstance:
             schedule=Schedule(config["schedule"]), persistent=bool(config["persistent"]),
             stages=int(config["stages"]), mask=Mask(config["mask"]), key_tail=bool(config["key_tail"]),
             layout=Layout(config["layout"]), lse=bool(config["lse"]), gqa=bool(config["gqa"]),
-            varlen=bool(config["varlen"]),
+            varlen=bool(config["varlen"]), warp_groups=int(config.get("warp_groups", 2)),
         )
 
 

@@ -1,6 +1,6 @@
 """One deterministic, readable name per resolved attention instance: file name, C symbol, manifest key.
 
-attn_<arch>_<dtype>_d<head_dim>[v<head_dim_v>]_<tile_q>x<tile_kv>_<schedule>[_persistent]_s<stages|auto>
+attn_<arch>_<dtype>_d<head_dim>[v<head_dim_v>]_<tile_q>x<tile_kv>[_wg<warp_groups>, not 2]_<schedule>[_persistent]_s<stages|auto>
     _<mask: nomask|causaltl|causalbr>[_notail]_<layout>[_lse][_gqa][_varlen]
 Every configuration field appears (or is at its stated default), so different configs get different names.
 """
@@ -19,6 +19,8 @@ def instance_name(inst: AttentionInstance) -> str:
         d += f"v{inst.head_dim_v}"
     parts.append(d)
     parts.append(f"{inst.tile_q}x{inst.tile_kv}")
+    if inst.warp_groups != 2:
+        parts.append(f"wg{inst.warp_groups}")
     parts.append(inst.schedule.value)
     if inst.persistent:
         parts.append("persistent")

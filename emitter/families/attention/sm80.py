@@ -96,6 +96,10 @@ def resolve(inst: AttentionInstance) -> AttentionInstance | Rejection:
     if inst.schedule not in (Schedule.auto, Schedule.multistage):
         return _reject(inst, "schedule-arch", f"schedule {inst.schedule} is a Hopper (sm90a) schedule; the sm80 kernel "
                                               f"runs its cp.async multistage mainloops: use schedule auto or multistage")
+    if inst.warp_groups != 2:
+        return _reject(inst, "warp-groups-arch", f"warp_groups {inst.warp_groups}: consumer warp groups are the sm90a "
+                                                 f"warp-specialized kernel's; the sm80 kernel sizes its warps from the "
+                                                 f"tile: leave warp_groups out (or use arch sm90a)")
     if inst.persistent:
         return _reject(inst, "persistent-arch", "the sm80 kernel launches one block per (query tile, head, batch) and has "
                                                 "no persistent tile scheduler: use persistent false (or arch sm90a)")

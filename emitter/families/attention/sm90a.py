@@ -12,7 +12,8 @@ What the instance compiles (templates/attention/sm90a/, level by level):
   6 device     the host shim: problem -> Arguments, every TMA stride / alignment rule checked first
   7 entry      extern "C" __global__ with Params by value (__grid_constant__), the C ABI
 
-Schedules: `cooperative` (two consumer warp groups share a 128-row Q tile; persistent optional),
+Schedules: `cooperative` (the consumer warp groups share a 64 x warp_groups-row Q tile -- two, 128 rows, unless
+the spec's `warp_groups` says 3 or 4 -- persistent optional),
 `pingpong` (upstream's builder spelling of it: persistent, Q loaded by its own producer warp) and `split_kv`
 (decode: cooperative, a query block's keys shared by several CTAs whose partial results the last one
 combines in the epilogue level; one query row packs a KV head's query heads into one tile; split_plan). `tma`
@@ -33,11 +34,34 @@ from emitter.families.attention.model import (AUTO, Arch, AttentionInstance, Lay
 
 SMEM_CAPACITY = 232448          # bytes of shared memory one CTA may use on sm90 (227 KiB)
 HEAD_DIMS = (32, 64, 128, 256)  # the head dims upstream builds and checks its collectives with
-TILE_Q = 128                    # two consumer warp groups of 64 rows (wgmma M = 64)
+ROWS_PER_WARP_GROUP = 64        # a consumer warp group's query rows (wgmma M = 64; upstream's TileShapeQK M)
+MMA_WARP_GROUPS = 2             # the default consumer warp group count (the spec's `warp_groups`)
+WARP_GROUPS = (2, 3, 4)         # upstream's roles Consumer0..Consumer3; one would get 488 registers (above 255)
+TILE_Q = ROWS_PER_WARP_GROUP * MMA_WARP_GROUPS   # the default tile_q, 128
 TILES_KV = (64, 128, 256)
-MMA_WARP_GROUPS = 2
 MAX_STAGES = 8
-MAX_ACC_COLUMNS = 384           # tile_kv + head_dim: the S and O accumulators of one consumer thread
+LOAD_REGISTERS = 40 - 2 * 8     # upstream's LoadRegisterRequirement (the producer warp group's setmaxnreg)
+ACC_HEADROOM = 48               # consumer registers besides the S and O accumulators (P, softmax state, addresses):
+                                # 240 - 384 / 2, the margin of the largest 2-group tiles that compile without spills
+
+
+def mma_registers(warp_groups: int) -> int:
+    """Registers a consumer thread gets (upstream's MmaRegisterRequirement, FmhaKernelTmaWarpSpecialized): the
+    65,536 of an SM over (warp_groups + 1) x 128 threads, rounded down to 8 a thread, times the warp groups, less
+    the producer's LoadRegisterRequirement (24), split over the consumer warp groups, rounded down to 8: 2 -> 240,
+    3 -> 160, 4 -> 112."""
+    threads = (warp_groups + 1) * 128
+    supply = (64 * 1024 // threads // 8) * 8 * threads // 128
+    return (supply - LOAD_REGISTERS) // warp_groups // 8 * 8
+
+
+def max_acc_columns(warp_groups: int) -> int:
+    """tile_kv + head_dim a consumer thread can hold as f32 S and O accumulators (64 rows x columns / 128
+    threads, i.e. columns / 2 registers) next to ACC_HEADROOM: 384 with 2 warp groups, 224 with 3, 128 with 4."""
+    return 2 * (mma_registers(warp_groups) - ACC_HEADROOM)
+
+
+MAX_ACC_COLUMNS = max_acc_columns(MMA_WARP_GROUPS)   # 384: tile_kv + head_dim with the default 2 warp groups
 AUTO_STAGES_MAX = 5             # upstream's default K/V stage count (kStagesKV)
 
 _ELEMENT = {DType.f16: "cutlass::half_t", DType.bf16: "cutlass::bfloat16_t"}
@@ -85,11 +109,12 @@ def smem_bytes(inst: AttentionInstance, stages: int) -> SmemBreakdown:
     epi_stages = min(inst.head_dim_v // epi_tile_n, 2)
     # CollectiveStorageWithoutC: an empty C array at D's swizzle alignment (512 bytes for 64-byte rows), then D
     epi_align = 512 if epi_tile_n * es % 64 == 0 else 256
-    epilogue = MMA_WARP_GROUPS * (epi_align + _round_up(64 * epi_tile_n * epi_stages * es, epi_align))
+    epilogue = inst.warp_groups * (epi_align + _round_up(64 * epi_tile_n * epi_stages * es, epi_align))
     tensors = q + kv + epilogue if inst.persistent else max(q + kv, epilogue)
-    # K/V, Q, reducer, warp-group-order, load-warp and epilogue-load barriers (16-byte aligned each); the
-    # struct is 512-byte aligned (the epilogue's swizzled D tile)
-    total = _round_up(tensors + 16 * stages + 144, 512)
+    # K/V (a full/empty pair per stage), Q (one per warp group: StagesQ = warp groups), reducer (2 stages),
+    # warp-group order (2 x warp groups), load-warp and epilogue-load barriers (16-byte aligned each); the
+    # struct is 512-byte aligned (the epilogue's swizzled D tile). 144 bytes besides K/V at 2 warp groups.
+    total = _round_up(tensors + 16 * stages + 80 + 32 * inst.warp_groups, 512)
     return SmemBreakdown(q, kv, epilogue, total - tensors, total)
 
 
@@ -147,19 +172,42 @@ def _resolve(inst: AttentionInstance) -> AttentionInstance:
                   "schedule split_kv splits the keys of fixed-length problems (decode); varlen instances keep "
                   "schedule cooperative: use one or the other")
 
-    if inst.tile_q != TILE_Q:
+    wgs = inst.warp_groups
+    if wgs not in WARP_GROUPS:
+        _fail("sm90a-warp-groups",
+              f"warp_groups {wgs}: FmhaKernelTmaWarpSpecialized runs {', '.join(map(str, WARP_GROUPS))} consumer "
+              f"warp groups (roles Consumer0..Consumer3; with one, its register split asks for more than 255 "
+              f"registers a thread): use warp_groups 2 (the default) or 3")
+    if wgs != MMA_WARP_GROUPS and schedule is Schedule.split_kv:
+        _fail("sm90a-warp-groups-split-kv",
+              f"schedule split_kv with warp_groups {wgs}: its combine counts finished rows per (query block, 64-row "
+              f"half) and its packed decode tiles are planned for {MMA_WARP_GROUPS} warp groups "
+              f"(split_kv_epilogue.cu.j2, device.cu.j2 split_layout, sm90a.split_plan): use warp_groups "
+              f"{MMA_WARP_GROUPS} with split_kv, or schedule cooperative / pingpong")
+    tile_q = ROWS_PER_WARP_GROUP * wgs
+    if inst.tile_q != tile_q:
+        fix = (f"use tile_q {tile_q}" + (f", or warp_groups {inst.tile_q // ROWS_PER_WARP_GROUP}"
+                                          if inst.tile_q % ROWS_PER_WARP_GROUP == 0
+                                          and inst.tile_q // ROWS_PER_WARP_GROUP in WARP_GROUPS else ""))
         _fail("sm90a-tile-q",
-              f"tile_q {inst.tile_q}: the warp-specialized kernel gives each of its {MMA_WARP_GROUPS} consumer "
-              f"warp groups 64 query rows (wgmma M = 64): use tile_q {TILE_Q}")
+              f"tile_q {inst.tile_q}: the warp-specialized kernel gives each of its {wgs} consumer "
+              f"warp groups 64 query rows (wgmma M = 64): {fix}")
     if inst.tile_kv not in TILES_KV:
         _fail("sm90a-tile-kv", f"tile_kv {inst.tile_kv} is not one of {', '.join(map(str, TILES_KV))}")
     acc = inst.tile_kv + inst.head_dim
-    if acc > MAX_ACC_COLUMNS:
+    limit = max_acc_columns(wgs)
+    if acc > limit:
+        fits = [t for t in TILES_KV if t + inst.head_dim <= limit]
+        fix = (f"e.g. tile_kv {fits[-1]}" if fits else f"no tile_kv fits head_dim {inst.head_dim}") + (
+            "" if wgs == MMA_WARP_GROUPS else
+            f"; or warp_groups {MMA_WARP_GROUPS}, {mma_registers(MMA_WARP_GROUPS)} registers a thread")
         _fail("sm90a-registers",
               f"tile_kv {inst.tile_kv} + head_dim {inst.head_dim} = {acc} accumulator columns: each consumer "
               f"thread would hold {acc // 2} f32 accumulators (S and O) plus P, more than the "
-              f"{240} registers a consumer thread gets; keep tile_kv + head_dim <= {MAX_ACC_COLUMNS} "
-              f"(e.g. tile_kv {MAX_ACC_COLUMNS - inst.head_dim})")
+              f"{mma_registers(wgs)} registers a consumer thread gets"
+              + ("" if wgs == MMA_WARP_GROUPS else f" with {wgs} consumer warp groups (65,536 over {wgs + 1} x 128 "
+                                                    f"threads, the producer's {LOAD_REGISTERS} taken out)")
+              + f"; keep tile_kv + head_dim <= {limit} ({fix})")
 
     if inst.varlen:
         if persistent:
@@ -261,7 +309,7 @@ def nested_q_view(plan: SplitPlan, stride_q: tuple[int, int, int], batch: int, h
     64 columns. Element (c, g, s, b, kv) is Q[b, s, kv * group + g, c] in either layout."""
     sb, ss, sh = stride_q
     return ((head_dim, plan.group, seq_q, batch, heads_kv), (1, sh, ss, sb, sh * plan.group),
-            (64, plan.pack, TILE_Q // MMA_WARP_GROUPS // plan.pack, 1, 1))
+            (64, plan.pack, ROWS_PER_WARP_GROUP // plan.pack, 1, 1))
 
 
 def split_plan(inst: AttentionInstance, batch: int, heads_q: int, heads_kv: int, seq_q: int, seq_k: int) -> SplitPlan:
@@ -313,7 +361,7 @@ def template_context(inst: AttentionInstance) -> dict[str, Any]:
         "tile_kv": int(inst.tile_kv),
         "head_dim": int(inst.head_dim),
         "stages": int(inst.stages),
-        "mma_warp_groups": MMA_WARP_GROUPS,
+        "mma_warp_groups": int(inst.warp_groups),
         "schedule": inst.schedule.value,
         "persistent": persistent,
         # upstream's ping-pong loads Q in its own warp; GQA needs that too (Q and K/V index different heads),
@@ -338,4 +386,5 @@ def template_context(inst: AttentionInstance) -> dict[str, Any]:
 
 
 __all__ = ["resolve", "template_context", "smem_bytes", "split_plan", "SplitPlan", "pack_of", "packed_rows",
-           "nested_q_view", "SMEM_CAPACITY", "HEAD_DIMS", "TILES_KV", "TILE_Q"]
+           "nested_q_view", "SMEM_CAPACITY", "HEAD_DIMS", "TILES_KV", "TILE_Q", "WARP_GROUPS", "mma_registers",
+           "max_acc_columns"]

@@ -16,6 +16,7 @@
         lse: [false, true]
         gqa: true                        # heads_kv may divide heads_q (MQA included)
         varlen: false                    # cu_seqlens
+        warp_groups: 3                   # sm90a consumer warp groups (2, 3, 4; default 2), tile_q = 64 x this
         exclude:
           - {dtype: bf16, head_dim: 256}
 
@@ -41,6 +42,7 @@ Parser = Callable[[Document, KeyPath, Any], Any]
 
 TILE_SIZES = (16, 32, 64, 96, 128, 160, 176, 192, 224, 256)   # the spec's vocabulary; arch modules narrow it
 DTYPES = (DType.f16, DType.bf16, DType.e4m3)
+WARP_GROUPS = (2, 3, 4)      # sm90a FmhaKernelTmaWarpSpecialized: Consumer0..Consumer3; one leaves it 488 registers
 
 
 def _enum(enum: type, aliases: dict[str, str] | None = None) -> Parser:
@@ -104,6 +106,7 @@ SPEC_KEYS: dict[str, Callable[[Document, KeyPath, Any], list[Assign]]] = {
     "lse": _leaf("lse", _bool),
     "gqa": _leaf("gqa", _bool),
     "varlen": _leaf("varlen", _bool),
+    "warp_groups": _leaf("warp_groups", _int_choice(WARP_GROUPS, what="consumer warp group count")),
 }
 META_KEYS = {"family", "name", "description", "exclude"}
 REQUIRED = ("arch", "dtype", "head_dim", "tile")
@@ -136,6 +139,7 @@ def build(point: Assign) -> AttentionInstance:
         lse=point.get("lse", False),
         gqa=point.get("gqa", False),
         varlen=point.get("varlen", False),
+        warp_groups=point.get("warp_groups", 2),
     )
 
 
