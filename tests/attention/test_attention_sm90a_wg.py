@@ -214,9 +214,9 @@ def test_fake_backend_verifies_a_wg3_instance(tmp_path):
 # ------------------------------------------------------------------------------------------------ nvcc
 @pytest.mark.nvcc
 def test_one_wg3_instance_builds_and_its_shim_launches_four_warp_groups(tmp_path):
-    """The real pipeline on bf16 d64 192x128 ping-pong (about 110 s of nvcc for the cubin, 60 s for the shim on
-    one core): no spills, no serialized wgmma; the shim launches 512 threads (3 consumer warp groups and the
-    producer) with the shared memory the model says."""
+    """The real pipeline on bf16 d64 192x128 ping-pong (about 80 s of nvcc, cubin and shim, on an idle machine):
+    no spills, no serialized wgmma; the shim launches 512 threads (3 consumer warp groups and the producer) with
+    the shared memory the model says."""
     import ctypes
 
     from emitter.families.attention.abi import AttentionShim, EmitterAttentionProblem

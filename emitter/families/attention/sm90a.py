@@ -42,7 +42,9 @@ TILES_KV = (64, 128, 256)
 MAX_STAGES = 8
 LOAD_REGISTERS = 40 - 2 * 8     # upstream's LoadRegisterRequirement (the producer warp group's setmaxnreg)
 ACC_HEADROOM = 48               # consumer registers besides the S and O accumulators (P, softmax state, addresses):
-                                # 240 - 384 / 2, the margin of the largest 2-group tiles that compile without spills
+                                # 240 - 384 / 2, the margin of the largest 2-group tiles that compile without spills;
+                                # 3 groups: d64 192x128 (96 + 48 <= 160) builds clean, d64 192x192 (128 + 48) makes
+                                # ptxas serialize the wgmma (C7511, insufficient registers)
 
 
 def mma_registers(warp_groups: int) -> int:
