@@ -6,20 +6,15 @@ table code (2), the launch unit calling the instance's run(), the dispatch twin 
 kernels for depthwise problems only, and the loader's cost of it."""
 
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
-from emitter.emit import spec_entries
 from emitter.families.base import Rejection
-from emitter.families.conv import instance_name, render_instance, resolve
+from emitter.families.conv import instance_name, render_instance
 from emitter.families.conv import runtime as hooks
-from emitter.families.conv.config import ConvConfig
 from emitter.families.conv.problem import ConvProblem, default_problems, not_supported_reasons
-from emitter.families.conv.spec import expand_entry
 from emitter.render import banner
-from emitter.spec.loader import parse_text
 
 ROOT = Path(__file__).resolve().parents[2]
 WG = "family: conv\narch: sm80\nop: wgrad\ndtype: f16\nkernel: depthwise_simt\ntile: 32x1x64\nfilter: 3x3\n"
@@ -29,23 +24,8 @@ WG7 = WG.replace("filter: 3x3", "filter: 7x7").replace("f16", "bf16")
 DIRECT = "family: conv\narch: sm80\nop: fprop\ndtype: f16\nkernel: depthwise_direct\ntile: 8x8x64\nfilter: 3x3\nstride: 1\n"
 
 
-def one(text: str):
-    doc = parse_text(textwrap.dedent(text), "t.yaml")
-    ((path, entry, kp),) = list(spec_entries(doc))
-    ((cand, _),) = list(expand_entry(doc, path, entry, kp))
-    return resolve(cand)
-
-
-def config(text: str) -> ConvConfig:
-    inst = one(text)
-    assert not isinstance(inst, Rejection), inst
-    return ConvConfig.from_entry({"name": instance_name(inst), "config": inst.config()})
-
-
-def dw(c=64, **kw) -> ConvProblem:
-    geo = dict(n=2, h=13, w=11, r=3, s=3, pad_front=(0, 1, 1), pad_back=(0, 1, 1))
-    geo.update(kw)
-    return ConvProblem(c=c, k=c, groups=c, **geo)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_conv_depthwise_direct import config, dw, one  # noqa: E402  (the spec/problem helpers both kernels use)
 
 
 # ------------------------------------------------------------------------------------------------ spec, name, render

@@ -310,21 +310,28 @@ def group_reasons(cfg: Mapping[str, Any], p: ConvProblem) -> list[str]:
     return []
 
 
+def _depthwise_reasons(kernel: str, cfg: Mapping[str, Any], p: ConvProblem) -> list[str]:
+    """What every depthwise kernel refuses: a problem that is not depthwise (groups = C = K), depth, another filter
+    size than the compiled one."""
+    out = []
+    if not p.groups == p.c == p.k:
+        out.append(f"groups={p.groups}, C={p.c}, K={p.k}: kernel {kernel} runs depthwise convolutions only "
+                   f"(groups = C = K)")
+    if p.dims == 3:
+        out.append("a 2D instance cannot run a problem with depth (d, t, depth padding/stride/dilation)")
+    flt = tuple(cfg.get("filter") or ())
+    if flt and (p.r, p.s) != flt:
+        out.append(f"filter {p.r}x{p.s}: this {kernel} instance is compiled for {flt[0]}x{flt[1]}")
+    return out
+
+
 def depthwise_direct_reasons(cfg: Mapping[str, Any], p: ConvProblem) -> list[str]:
     """What a `kernel: depthwise_direct` instance (sm80 depthwise direct convolution) refuses -- its shim's
     EMITTER_CANNOT_IMPLEMENT rules, said before a launch: depthwise problems only (groups = C = K), 2D, the compiled
     filter size, stride and dilation (unless compiled as `any`), C a multiple of the 128-bit channel vector, no bias,
     no split_k (a CTA computes one output tile: templates/conv/sm80/depthwise_device.cu.j2 says why), at most 65535
     output tiles (the grid's z)."""
-    out = []
-    if not p.groups == p.c == p.k:
-        out.append(f"groups={p.groups}, C={p.c}, K={p.k}: kernel depthwise_direct runs depthwise convolutions only "
-                   f"(groups = C = K)")
-    if p.dims == 3:
-        out.append("a 2D instance cannot run a problem with depth (d, t, depth padding/stride/dilation)")
-    flt = tuple(cfg.get("filter") or ())
-    if flt and (p.r, p.s) != flt:
-        out.append(f"filter {p.r}x{p.s}: this depthwise_direct instance is compiled for {flt[0]}x{flt[1]}")
+    out = _depthwise_reasons("depthwise_direct", cfg, p)
     for what, key, have in (("stride", "conv_stride", p.stride[1:]), ("dilation", "conv_dilation", p.dilation[1:])):
         fixed = tuple(cfg.get(key) or ())
         if fixed and fixed != (0, 0) and tuple(have) != fixed:
@@ -358,15 +365,7 @@ def depthwise_simt_reasons(cfg: Mapping[str, Any], p: ConvProblem) -> list[str]:
     its shim's EMITTER_CANNOT_IMPLEMENT rules, said before a launch: depthwise problems only (groups = C = K), 2D, the
     compiled filter size, C a multiple of the 8-channel vector, no bias, no split_k (wgrad splits its reduction
     itself). Stride, dilation and padding are anything (read at run time)."""
-    out = []
-    if not p.groups == p.c == p.k:
-        out.append(f"groups={p.groups}, C={p.c}, K={p.k}: kernel depthwise_simt runs depthwise convolutions only "
-                   f"(groups = C = K)")
-    if p.dims == 3:
-        out.append("a 2D instance cannot run a problem with depth (d, t, depth padding/stride/dilation)")
-    flt = tuple(cfg.get("filter") or ())
-    if flt and (p.r, p.s) != flt:
-        out.append(f"filter {p.r}x{p.s}: this depthwise_simt instance is compiled for {flt[0]}x{flt[1]}")
+    out = _depthwise_reasons("depthwise_simt", cfg, p)
     al = int(cfg["alignment_a"])
     if p.c % al:
         out.append(f"C={p.c} is not a multiple of the alignment {al} (the kernel reads and writes {al} channels at "
