@@ -63,7 +63,9 @@ FAMILIES = ("gemm", "attention", "conv")
 STAGES = ("build", "profile", "measure")
 BENCH_DIR = ROOT / "configs" / "bench"
 RECORDS = ROOT / "docs" / "perf" / "library"
-CONFIG_KEYS = {"family", "specs", "select", "exclude", "dtype", "dtypes", "ops", "profile", "tune", "eval", "host"}
+CONFIG_KEYS = {"family", "variant", "specs", "select", "exclude", "dtype", "dtypes", "ops", "profile", "tune", "eval",
+               "host"}
+_VARIANT_RE = re.compile(r"^[a-z0-9][a-z0-9_]*$")
 GOAL_GEOMEAN, GOAL_CASE = 0.97, 0.90       # library / oracle: within 3% in geomean, 10% on every case
 TOLERANCE = {"f16": 1e-2, "bf16": 2e-2}    # relative Frobenius error of the library's output against the vendor's
 T0 = time.perf_counter()
@@ -109,6 +111,9 @@ def load_config(family: str, path: Path | None = None) -> dict[str, Any]:
                          f"fix: remove or rename it")
     if cfg.get("family") != family:
         raise BenchError(f"{_where(path, 'family')}: value {cfg.get('family')!r}, this file is read for {family!r}")
+    if "variant" in cfg and not (isinstance(cfg["variant"], str) and _VARIANT_RE.match(cfg["variant"])):
+        raise BenchError(f"{_where(path, 'variant')}: value {cfg['variant']!r}: needs a short name of lower-case "
+                         f"letters, digits and '_' (e.g. bf16): it names the work dir, the record and the table")
     for key in ("specs", "tune", "eval"):
         v = cfg.get(key)
         if not isinstance(v, list) or not v or not all(isinstance(e, str) for e in v):
@@ -191,6 +196,12 @@ def lib_name(family: str) -> str:
     return f"lb_{family}"
 
 
+def run_name(family: str, variant: str | None) -> str:
+    """A config's name in the work dir (<out>/<name>), its record's file name and its table: the family, or
+    <family>-<variant> for a config with a `variant` (configs/bench/library_conv_bf16.yaml: conv-bf16)."""
+    return f"{family}-{variant}" if variant else family
+
+
 def _patterns(flag: str, cfg: dict[str, Any], key: str) -> list[str]:
     return [a for p in cfg.get(key, []) for a in (flag, p)]
 
@@ -261,12 +272,12 @@ def stage_profile(family: str, cfg: dict[str, Any], work: Path, jobs: int, fake:
 
 # ------------------------------------------------------------------------------------------------- measuring
 
-def load_library(work: Path):
+def load_library(work: Path, family: str):
     from loader_overhead import load_loader
 
     tree = work / "lib"
-    if not list(tree.rglob(f"lib{lib_name(work.name)}.so")):
-        raise BenchError(f"{tree}: lib{lib_name(work.name)}.so not built: run --stage build and --stage profile first")
+    if not list(tree.rglob(f"lib{lib_name(family)}.so")):
+        raise BenchError(f"{tree}: lib{lib_name(family)}.so not built: run --stage build and --stage profile first")
     return load_loader(tree)
 
 
@@ -708,7 +719,7 @@ def measure(family: str, cfg: dict[str, Any], work: Path, args) -> dict[str, Any
     if not (work / "profile" / "tuning.json").is_file():
         raise BenchError(f"{work / 'profile'}: no tuning.json: run --stage profile first (same --out); the bench "
                          f"measures the library exported with its tuning")
-    lib = load_library(work)
+    lib = load_library(work, family)
     fam = BENCHES[family](torch, lib, cfg, work, props.multi_processor_count,
                           int(getattr(props, "L2_cache_size", 0) or 60 << 20))
     timer = Timer(torch, args.reps, args.min_ms, args.warmup)
@@ -740,7 +751,7 @@ def measure(family: str, cfg: dict[str, Any], work: Path, args) -> dict[str, Any
         except Exception as e:  # noqa: BLE001 (reported in the record; the timed cases stand)
             host["error"] = f"{type(e).__name__}: {e}"
             log(f"  host cost ({cfg['host']}): {host['error']}")
-    return {"family": family, "gpu": gpu, "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
+    return {"family": family, "variant": cfg.get("variant"), "gpu": gpu, "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
             "library": lib.version(), "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "config": _shown(Path(cfg["path"])), "tune": cfg["tune"], "eval": cfg["eval"],
             "kernels": len(lib.kernels()) if family == "gemm" else len(getattr(lib, f"{family}_kernels")()),
@@ -798,12 +809,22 @@ def gpu_slug(gpu: str) -> str:
     return s or "gpu"
 
 
+def record_stem(rec: dict[str, Any]) -> str:
+    """<family>[-<variant>]-<date>-<gpu>: the record's file name under --records, and its plot's."""
+    return f"{run_name(rec['family'], rec.get('variant'))}-{rec['date'][:10]}-{gpu_slug(rec['gpu'])}"
+
+
 def record_path(records: Path, rec: dict[str, Any]) -> Path:
-    return records / f"{rec['family']}-{rec['date'][:10]}-{gpu_slug(rec['gpu'])}.json"
+    return records / f"{record_stem(rec)}.json"
+
+
+def record_key(rec: dict[str, Any]) -> tuple[str, str, str]:
+    return rec["family"], rec.get("variant") or "", rec.get("gpu", "?")
 
 
 def latest_records(records: Path) -> list[dict[str, Any]]:
-    """The newest record per (family, GPU) under `records`, in family order."""
+    """The newest record per (family, variant, GPU) under `records`, in family order (a config's variant, e.g. conv's
+    bf16 set, is its own table beside the family's default one)."""
     newest: dict[tuple[str, str], dict[str, Any]] = {}
     for p in sorted(records.glob("*.json")):
         try:
@@ -812,10 +833,11 @@ def latest_records(records: Path) -> list[dict[str, Any]]:
             continue
         if not isinstance(rec, dict) or rec.get("family") not in FAMILIES or "rows" not in rec:
             continue
-        key = (rec["family"], rec.get("gpu", "?"))
+        key = record_key(rec)
         if key not in newest or rec.get("date", "") >= newest[key].get("date", ""):
             newest[key] = rec
-    return sorted(newest.values(), key=lambda r: (FAMILIES.index(r["family"]), r.get("gpu", "")))
+    return sorted(newest.values(), key=lambda r: (FAMILIES.index(r["family"]), r.get("variant") or "",
+                                                   r.get("gpu", "")))
 
 
 VENDOR_NAMES = {"cublas": "torch.matmul (cuBLAS)", "cudnn": "cuDNN", "flash": "FA2 (SDPA flash)"}
@@ -830,7 +852,8 @@ def family_section(rec: dict[str, Any], plot: str | None = None) -> str:
                                                                           for v in vendors]
     head += [f"x {v}" for v in vendors] + [f"best-of-N x {vendors[0]}" if vendors else "best-of-N",
                                            "lib / oracle", "C API / oracle", "check", "GPU"]
-    lines = [f"## {fam} ({gpu})", "",
+    title = fam + (f" {rec['variant']}" if rec.get("variant") else "")
+    lines = [f"## {title} ({gpu})", "",
              f"Record: `{rec.get('config', '')}` run {rec['date']}, torch {rec.get('torch')}, cuDNN {rec.get('cudnn')}; "
              f"{rec.get('kernels')} exported kernels, {rec.get('tuning_entries')} tuning records from "
              f"{len(rec.get('tune', []))} tuning shapes; {len(rec['rows'])} evaluation cases, none of them tuned "
@@ -865,7 +888,7 @@ def family_section(rec: dict[str, Any], plot: str | None = None) -> str:
                       f"library {h['library_us']:.2f} us, {h['vendor']} {h['vendor_us']:.2f} us "
                       f"({h['library_us'] / h['vendor_us']:.2f}x)."]
     if plot:
-        lines += ["", f"![{fam} on {gpu}]({plot})"]
+        lines += ["", f"![{title} on {gpu}]({plot})"]
     return "\n".join(lines) + "\n"
 
 
@@ -898,7 +921,7 @@ def render_doc(records: list[dict[str, Any]], plots: dict[tuple[str, str], str] 
             "(`make bench-library` runs all three).\n\n")
     if not records:
         return head + "No records yet.\n"
-    return head + "\n".join(family_section(r, (plots or {}).get((r["family"], r["gpu"]))) for r in records)
+    return head + "\n".join(family_section(r, (plots or {}).get(record_key(r))) for r in records)
 
 
 def plot_record(rec: dict[str, Any], path: Path) -> bool:
@@ -924,7 +947,7 @@ def plot_record(rec: dict[str, Any], path: Path) -> bool:
     ax.set_xticks(list(xs))
     ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
     ax.set_ylabel(f"speed vs {VENDOR_NAMES.get(vendor, vendor)} (x)")
-    ax.set_title(f"{rec['family']} library vs {VENDOR_NAMES.get(vendor, vendor)}, {rec['gpu']}")
+    ax.set_title(f"{run_name(rec['family'], rec.get('variant'))} library vs {VENDOR_NAMES.get(vendor, vendor)}, {rec['gpu']}")
     ax.legend(fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -937,18 +960,37 @@ def write_doc(doc: Path, records: Path) -> None:
     recs = latest_records(records)
     plots = {}
     for r in recs:
-        png = records / f"{r['family']}-{r['date'][:10]}-{gpu_slug(r['gpu'])}.png"
+        png = records / f"{record_stem(r)}.png"
         if png.is_file() or plot_record(r, png):
             try:
-                plots[(r["family"], r["gpu"])] = str(png.relative_to(doc.parent.resolve()))
+                plots[record_key(r)] = str(png.relative_to(doc.parent.resolve()))
             except ValueError:
-                plots[(r["family"], r["gpu"])] = str(png)
+                plots[record_key(r)] = str(png)
     doc.parent.mkdir(parents=True, exist_ok=True)
     doc.write_text(render_doc(recs, plots), encoding="utf-8")
     log(f"wrote {doc} ({len(recs)} family records)")
 
 
 # ------------------------------------------------------------------------------------------------- main
+
+def config_family(path: Path, asked: list[str] | None) -> str:
+    """The family a --config file is read for: its `family` key (load_config checks the rest); --family, if given,
+    must name that one family."""
+    import yaml
+
+    if not path.is_file():
+        raise BenchError(f"--config {path}: no such file")
+    try:
+        fam = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("family")
+    except (yaml.YAMLError, AttributeError) as e:
+        raise BenchError(f"--config {path}: not a YAML mapping ({str(e).splitlines()[0] if str(e) else e})") from None
+    if fam not in FAMILIES:
+        raise BenchError(f"{_where(path, 'family')}: value {fam!r} (allowed: {', '.join(FAMILIES)})")
+    if asked and asked != [fam]:
+        raise BenchError(f"--config {_shown(path)} is a {fam!r} config; --family {' --family '.join(asked)} asks for "
+                         f"another: give --family {fam} or none")
+    return fam
+
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -960,6 +1002,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="fake: emit, the fake profiler and the export only (no nvcc, CMake or GPU)")
     ap.add_argument("--dry-run", action="store_true", help="the same as --backend fake")
     ap.add_argument("--config-dir", type=Path, default=BENCH_DIR, help="where library_<family>.yaml are")
+    ap.add_argument("--config", type=Path, default=None,
+                    help="one bench config read instead of <config-dir>/library_<family>.yaml (its family key names "
+                         "the family; e.g. configs/bench/library_conv_bf16.yaml)")
     ap.add_argument("--records", type=Path, default=RECORDS, help="where the measure stage writes its JSON record")
     ap.add_argument("--doc", type=Path, default=None, help="write the generated markdown table here")
     ap.add_argument("--report-only", action="store_true", help="only regenerate --doc from --records")
@@ -980,14 +1025,16 @@ def main(argv: list[str] | None = None) -> int:
             write_doc(args.doc, args.records)
             return 0
         families = args.family or list(FAMILIES)
+        if args.config is not None:
+            families = [config_family(args.config, args.family)]
         stages = STAGES if args.stage == "all" else (args.stage,)
         if fake and "measure" in stages:
             stages = tuple(s for s in stages if s != "measure")
             if not stages:
                 raise BenchError("--stage measure needs the GPU (no fake measurement: it would be a made-up figure)")
-        cfgs = {f: load_config(f, args.config_dir / f"library_{f}.yaml") for f in families}
+        cfgs = {f: load_config(f, args.config or args.config_dir / f"library_{f}.yaml") for f in families}
         for f in families:
-            work = (args.out / f).resolve()
+            work = (args.out / run_name(f, cfgs[f].get("variant"))).resolve()
             work.mkdir(parents=True, exist_ok=True)
             for stage in stages:
                 log(f"{f}: stage {stage}")

@@ -381,3 +381,119 @@ def test_a_config_outside_the_project_is_named_whole_in_records(tmp_path):
     outside = tmp_path / "cfg" / "library_gemm.yaml"
     assert lb._shown(outside) == str(outside)
     assert lb._where(outside, "eval") == f"{outside}: key 'eval'"
+
+
+# ------------------------------------------------------------------------------------------------- config variants
+
+BENCH_CONFIGS = sorted(lb.BENCH_DIR.glob("library_*.yaml"))
+CONV_BF16 = lb.BENCH_DIR / "library_conv_bf16.yaml"
+
+
+@pytest.mark.parametrize("path", BENCH_CONFIGS, ids=lambda p: p.name)
+def test_every_committed_config_parses_and_shares_no_shape(path):
+    """Every configs/bench/library_*.yaml, the --config ones too (library_conv_bf16.yaml): it loads for the family
+    it names, lists no shape twice and evaluates on no shape it tunes on."""
+    fam = lb.config_family(path, None)
+    cfg = lb.load_config(fam, path)
+    tune = [lb.shape_key(fam, t) for t in cfg["tune"]]
+    ev = [lb.shape_key(fam, e) for e in cfg["eval"]]
+    assert len(set(tune)) == len(tune) and len(set(ev)) == len(ev), f"{path.name}: a shape listed twice"
+    assert not set(tune) & set(ev), f"{path.name}: evaluation shapes it is tuned on: {set(tune) & set(ev)}"
+    names = {lb.run_name(lb.config_family(p, None), lb.load_config(lb.config_family(p, None), p).get("variant"))
+             for p in BENCH_CONFIGS}
+    assert len(names) == len(BENCH_CONFIGS), "two bench configs would share a work dir and a record name"
+
+
+def test_conv_bf16_config_is_the_f16_set_in_bf16():
+    f16, bf16 = lb.load_config("conv"), lb.load_config("conv", CONV_BF16)
+    for key in ("specs", "ops", "profile", "tune", "eval", "host"):
+        assert bf16[key] == f16[key], f"library_conv_bf16.yaml's {key!r} differs from library_conv.yaml's"
+    assert f16.get("variant") is None and bf16["variant"] == "bf16"
+    assert f16["dtypes"] == ["f16"] and bf16["dtypes"] == ["bf16"]
+    assert lb.run_name("conv", bf16["variant"]) == "conv-bf16" and lb.run_name("conv", None) == "conv"
+
+
+def _conv_problem(text: str):
+    from emitter.families.conv.problem import parse_problem, problem_from_mapping
+
+    return problem_from_mapping(parse_problem(text)[0])
+
+
+def test_conv_bench_eval_shapes_run_on_every_op_in_both_dtypes(tmp_path):
+    """Issue 38's evaluation set (ResNet-50 at N = 32 / 128, a UNet block, a detection backbone's stride-2 layers):
+    every shape, in every op, has a selected sm90a kernel whose run-time rules take it (stride-2 dgrad: the sm90a
+    strided dgrad), so no case of the bench is NOT_SUPPORTED; each config selects only its dtype's 2-D kernels, and
+    every bf16 kernel is the twin of an f16 one."""
+    from emitter.families.conv.problem import not_supported_reasons
+    from emitter.selection import select
+
+    inst = _emitted(["configs/conv/sm90a_resnet50.yaml"], tmp_path)
+    chosen = {}
+    for dtype, path in (("f16", lb.BENCH_DIR / "library_conv.yaml"), ("bf16", CONV_BF16)):
+        cfg = lb.load_config("conv", path)
+        ch = select(inst, cfg["select"], cfg.get("exclude", []))
+        assert ch and all(e["config"]["a"] == e["config"]["c"] == dtype and int(e["config"]["dims"]) == 2
+                          for e in ch), f"{path.name} selects a kernel of another dtype or dims"
+        chosen[dtype] = {e["name"] for e in ch}
+        strided = [e for e in cfg["eval"] if max(_conv_problem(e).stride) > 1]
+        assert len(strided) >= 4, "the set holds stride-2 layers (ResNet-50's and a detection backbone's)"
+        for text in cfg["eval"]:
+            p = _conv_problem(text)
+            for op in cfg["ops"]:
+                runs = [e["name"] for e in ch if e["config"]["op"] == op and e["config"]["arch"] == "sm90a"
+                        and not not_supported_reasons(e["config"], p)]
+                assert runs, f"{path.name}: no selected sm90a {op} kernel runs {text}"
+                if op == "dgrad" and max(p.stride) > 1:
+                    assert any("_strided_" in n for n in runs), text
+    twins = {n.replace("_f16_f16_", "_bf16_bf16_") for n in chosen["f16"]}
+    assert chosen["bf16"] <= twins
+    # the one f16 kernel without a bf16 twin in the starter spec (the C = 64 dgrad tile, measured in f16 only)
+    assert len(twins - chosen["bf16"]) <= 1
+
+
+def test_config_option_runs_a_variant_in_its_own_work_dir(tmp_path, capsys):
+    """--config PATH: the file's family is the one run; a `variant` names the work dir (<out>/conv-bf16), so the bf16
+    build does not overwrite the f16 one; --family naming another family is a clean error."""
+    cfg = tmp_path / "bf16.yaml"
+    cfg.write_text(FAKE_CONFIGS["conv"].replace("family: conv\n", "family: conv\nvariant: bf16\n")
+                   .replace("_f16_", "_bf16_").replace("[f16]", "[bf16]"))
+    out = tmp_path / "out"
+    assert lb.main(["--dry-run", "--config", str(cfg), "--out", str(out)]) == 0
+    work = out / "conv-bf16"
+    assert not (out / "conv").exists() and not (out / "gemm").exists()
+    man = json.loads((work / "lib" / "manifest.json").read_text())
+    conv_src = [f for f in man["files"] if f.startswith("src/conv/") and f.endswith(".launch.cu")]
+    assert man["name"] == "lb_conv" and len(conv_src) == 2
+    assert all("_bf16_bf16_" in f for f in conv_src), conv_src
+    assert lb.tuning_entries(work, "conv")
+    capsys.readouterr()
+    assert lb.main(["--dry-run", "--config", str(cfg), "--family", "gemm", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "is a 'conv' config" in err and "--family conv" in err
+    assert lb.main(["--dry-run", "--config", str(tmp_path / "nope.yaml"), "--out", str(out)]) == 2
+    assert "no such file" in capsys.readouterr().err
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(FAKE_CONFIGS["conv"].replace("family: conv\n", "family: conv\nvariant: B F16\n"))
+    with pytest.raises(lb.BenchError, match="'variant'.*lower-case"):
+        lb.load_config("conv", bad)
+
+
+def test_variant_records_are_their_own_table(tmp_path):
+    """A bf16 conv record (variant bf16) is named conv-bf16-<date>-<gpu>.json and kept beside the f16 one: the doc
+    shows both tables, each the newest of its (family, variant, GPU)."""
+    f16 = json.loads((ROOT / "docs" / "perf" / "library" / "conv-2026-11-28-h200.json").read_text())
+    bf16 = dict(f16, variant="bf16", date="2026-11-29T00:00:00+00:00",
+                rows=[dict(r, dtype="bf16") for r in f16["rows"]])
+    old_bf16 = dict(bf16, date="2026-11-28T00:00:00+00:00", rows=bf16["rows"][:1])
+    rec_dir = tmp_path / "records"
+    rec_dir.mkdir()
+    for rec in (f16, bf16, old_bf16):
+        lb.record_path(rec_dir, rec).write_text(json.dumps(rec))
+    assert lb.record_path(rec_dir, bf16).name == "conv-bf16-2026-11-29-h200.json"
+    assert lb.record_path(rec_dir, f16).name == "conv-2026-11-28-h200.json"
+    got = lb.latest_records(rec_dir)
+    assert [(r["family"], r.get("variant"), r["date"][:10]) for r in got] == [
+        ("conv", None, "2026-11-28"), ("conv", "bf16", "2026-11-29")]
+    md = lb.render_doc(got)
+    assert md.count("## conv (NVIDIA H200)") == 1 and md.count("## conv bf16 (NVIDIA H200)") == 1
+    assert "| fprop bf16 n=64,h=56,w=56" in md and "| fprop f16 n=64,h=56,w=56" in md
