@@ -112,9 +112,11 @@ bench-conv-grouped:      # on the GPU machine: grouped / depthwise conv through 
 # functions vs the vendor and vs every exported kernel forced by name (the oracle) on other shapes. Each stage is
 # restartable: STAGE=build|profile|measure runs one stage (the work dir generated/libbench is kept between calls),
 # FAMILY=gemm|attention|conv one family; a full build of the three takes longer than one 10-minute device call.
+# CONFIG=configs/bench/library_conv_bf16.yaml runs that config instead (conv's bf16 set: work dir
+# generated/libbench/conv-bf16, records conv-bf16-<date>-<gpu>.json, its own table).
 bench-library:           # on the GPU machine: docs/library_performance.md and docs/perf/library/<family>-<date>-<gpu>.json
 	python3 benchmarks/library_bench.py --out generated/libbench -j 16 $(if $(FAMILY),--family $(FAMILY)) \
-	  $(if $(STAGE),--stage $(STAGE)) --doc docs/library_performance.md
+	  $(if $(CONFIG),--config $(CONFIG)) $(if $(STAGE),--stage $(STAGE)) --doc docs/library_performance.md
 
 perf-doc: install        # no GPU: docs/performance.md from the run records in docs/perf/runs (oldest first), then RUN=<run dir> if given
 	$(BIN)/python benchmarks/profile_sm90a.py $(foreach r,$(sort $(filter-out %.tuning.json,$(wildcard docs/perf/runs/*.json))) $(RUN),--report-only $(r)) --doc docs/performance.md
