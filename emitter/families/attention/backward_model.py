@@ -19,9 +19,11 @@ Run-time facts (sizes, scale, strides, cu_seqlens) are the problem's, as for the
                  block are added in key order and the same inputs give the same bits; False: the key blocks
                  are split over several blocks that add their dQ partials under a lock in arrival order
                  (more parallelism for small batch x heads, run-to-run differences in the last bits)
+  dq_split       sm90a: dQ = dS K split over both MMA warp groups (emitter's own mainloop level) instead of
+                 upstream's one group computing the whole dQ tile (backward_sm90a.py says when it applies)
 
 Name: attn_bwd_<arch>_<dtype>_d<head_dim>[v<head_dim_v>]_<tile_q>x<tile_kv>_<nomask|causaltl|causalbr>_<layout>
-      [_gqa][_varlen][_det]
+      [_gqa][_varlen][_det][_dqsplit]
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class AttentionBackwardInstance:
     gqa: bool = False
     varlen: bool = False
     deterministic: bool = True
+    dq_split: bool = False
     # where it came from (not part of identity)
     spec_file: str = field(default="", compare=False)
     spec_index: int = field(default=0, compare=False)
@@ -92,6 +95,7 @@ class AttentionBackwardInstance:
             tile_q=int(config["tile_q"]), tile_kv=int(config["tile_kv"]),
             mask=Mask(config["mask"]), layout=Layout(config["layout"]), gqa=bool(config["gqa"]),
             varlen=bool(config["varlen"]), deterministic=bool(config["deterministic"]),
+            dq_split=bool(config.get("dq_split", False)),
         )
 
 
@@ -108,6 +112,8 @@ def instance_name(inst: AttentionBackwardInstance) -> str:
         parts.append("varlen")
     if inst.deterministic:
         parts.append("det")
+    if inst.dq_split:
+        parts.append("dqsplit")
     return "_".join(parts).lower()
 
 

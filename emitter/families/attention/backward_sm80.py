@@ -78,6 +78,10 @@ def _reject(inst: AttentionBackwardInstance, rule: str, reason: str) -> Rejectio
 def resolve(inst: AttentionBackwardInstance) -> AttentionBackwardInstance | Rejection:
     if inst.arch not in ARCHES:
         return _reject(inst, "arch", f"attention/backward_sm80.py resolves sm80 backward instances, not {inst.arch}")
+    if inst.dq_split:
+        return _reject(inst, "backward-dq-split", "dq_split: true splits the sm90a backward's dQ product over its two "
+                                                  "MMA warp groups; the sm80 backward (kernel_backward.h) has its own "
+                                                  "dQ loop: remove dq_split from this arch sm80 entry")
     if inst.dtype not in DTYPES:
         return _reject(inst, "backward-dtype", f"dtype {inst.dtype} has no sm80 attention backward (kernel_backward.h "
                                                f"runs f16 / bf16 tensor ops): use f16 or bf16")

@@ -18,6 +18,11 @@ Levels (templates/attention/sm90a/bwd/):
   types      element, TileShape (BlockQ x BlockKV x HeadDim), upstream's mainloop / epilogue / kernel
   mask       emitter's backward fusion: causal top-left or bottom-right (upstream's CausalFusion is top-left and
              floors seq_q / BlockQ, dropping a partial query tile), upstream's ResidualFusion otherwise
+  mainloop   upstream's collective, or (dq_split: true) emitter's compute() over it: upstream gives the whole
+             dQ = dS K of a query tile to its second MMA warp group (12 of the tile's 20 wgmma units on one group,
+             a 64-register dQ accumulator beside dK, dV, S, dP and P); dq_split gives each group half (query
+             rows at BlockQ 128, head-dim columns at BlockQ 64 / d128) over all BlockKV keys, two named barriers
+             of the MMA groups guarding the shared dS
   schedule   the ticket scheduler: the main kernel's block coordinate from the block's ticket
   phases     emitter's preprocessing and dQ conversion (upstream's sum_OdO / convert kernels take blockIdx and
              a 2-D block of their own, so they cannot run inside another grid), and the phase waits / signals
@@ -44,7 +49,7 @@ from emitter.families.attention.backward_model import AttentionBackwardInstance
 from emitter.families.attention.model import Arch, Layout, Mask, Rejection
 
 ARCHES = (Arch.sm90a,)
-LEVELS = ("types", "mask", "schedule", "phases", "device", "entry")
+LEVELS = ("types", "mask", "mainloop", "schedule", "phases", "device", "entry")
 # upstream's collective assigns the f32 dS to an Element (acc_DS(i) = float expression), which cutlass::half_t
 # takes and cutlass::bfloat16_t refuses (no assignment from float): a bf16 instance's translation unit gives
 # bfloat16_t register fragments elements that take a float (templates/attention/sm90a/bwd/bf16_fragment.cu.j2)
@@ -100,6 +105,12 @@ def resolve(inst: AttentionBackwardInstance) -> AttentionBackwardInstance | Reje
                        "deterministic: true (the default): examples/88's backward adds each key block's dQ partial "
                        "into an f32 accumulator by TMA reduce-add in arrival order, so the last bits vary run to "
                        "run: add `deterministic: false` to this entry, or use arch sm80 for a deterministic dQ")
+    if inst.dq_split and not (inst.tile_q == 128 or (inst.tile_q == 64 and inst.head_dim % 128 == 0)):
+        return _reject(inst, "sm90a-backward-dq-split",
+                       f"dq_split: true at tile {inst.tile_q}x{inst.tile_kv}, head_dim {inst.head_dim}: the two MMA "
+                       f"warp groups split dQ by query rows (BlockQ 128: 64 each, wgmma M = 64) or by head-dim "
+                       f"columns (BlockQ 64: D / 2 each, which must be whole 64-column swizzle atoms of K, so "
+                       f"head_dim 128); use tile 128x{TILE_KV} at head_dim {inst.head_dim} or leave dq_split out")
     return inst
 
 
@@ -128,6 +139,7 @@ def template_context(inst: AttentionBackwardInstance) -> dict:
         "smem_capacity": SMEM_CAPACITY,
         "pre_rows": PRE_ROWS,
         "convert_rows": CONVERT_ROWS,
+        "dq_split": inst.dq_split,         # mainloop.cu.j2: emitter's compute() with dQ over both MMA warp groups
     }
 
 

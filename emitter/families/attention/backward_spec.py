@@ -12,8 +12,9 @@
         gqa: true
         varlen: false
         deterministic: true              # backward only: dQ partials added in key order (one block per head)
+        dq_split: false                  # backward only, sm90a: dQ split over both MMA warp groups
 
-Backward keys: arch, dtype, head_dim, head_dim_v, tile, mask, layout, gqa, varlen, deterministic. The forward's
+Backward keys: arch, dtype, head_dim, head_dim_v, tile, mask, layout, gqa, varlen, deterministic, dq_split. The forward's
 schedule, persistent, stages, key_tail and lse are forward-only (the backward reads the forward's LSE and masks
 its key tail always); deterministic is backward-only. An entry naming both ops takes only the keys both have (an
 op-specific key there is a SpecError that says to split the entry), and its `exclude:` entries may name `op`.
@@ -55,6 +56,7 @@ BACKWARD_KEYS = {
     "gqa": fwd.SPEC_KEYS["gqa"],
     "varlen": fwd.SPEC_KEYS["varlen"],
     "deterministic": points.leaf("deterministic", values.boolean),
+    "dq_split": points.leaf("dq_split", values.boolean),
 }
 FORWARD_ONLY = tuple(k for k in fwd.SPEC_KEYS if k not in BACKWARD_KEYS)
 BACKWARD_ONLY = tuple(k for k in BACKWARD_KEYS if k not in fwd.SPEC_KEYS)
@@ -92,6 +94,7 @@ def build_backward(point: Assign) -> AttentionBackwardInstance:
         gqa=point.get("gqa", False),
         varlen=point.get("varlen", False),
         deterministic=point.get("deterministic", True),
+        dq_split=point.get("dq_split", False),
     )
 
 
