@@ -64,10 +64,52 @@ def test_bf16_is_accepted():
     (dict(tile_q=128), "sm90a-backward-tile-q", "shared memory"),          # d128 at BlockQ 128
     (dict(head_dim=64, head_dim_v=64, tile_q=256), "sm90a-backward-tile-q", "64 or 128"),
     (dict(varlen=True), "sm90a-backward-varlen", "arch sm80"),
+    # the split dQ: query rows at BlockQ 128, whole 64-column halves of the head dim at BlockQ 64
+    (dict(head_dim=64, head_dim_v=64, dq_split=True), "sm90a-backward-dq-split", "128x128 at head_dim 64"),
+    (dict(head_dim=32, head_dim_v=32, dq_split=True), "sm90a-backward-dq-split", "head_dim 128"),
+    (dict(head_dim=32, head_dim_v=32, tile_q=128, dq_split=True), "sm90a-backward-dq-split", "head_dim 64"),
 ])
 def test_rejections_name_the_rule_and_the_fix(change, rule, words):
     r = fam.resolve(OK.replace(**change))
     assert isinstance(r, Rejection) and r.rule == rule and words in r.reason, r
+
+
+def test_dq_split_is_a_spec_key_a_name_and_its_own_mainloop_level():
+    """`dq_split: true` resolves at d128 / BlockQ 64 (head-dim halves) and d64 / BlockQ 128 (query-row halves),
+    names the instance `_dqsplit`, renders emitter's compute() over upstream's collective (with the two named
+    barriers), round-trips through the manifest config; sm80 refuses it with its rule."""
+    from emitter.families.attention import backward_sm80
+    from emitter.render import banner
+
+    (c,) = expand("""\
+        kernels:
+          - family: attention
+            op: backward
+            arch: sm90a
+            dtype: bf16
+            head_dim: 128
+            tile: 64x128
+            gqa: true
+            deterministic: false
+            dq_split: true
+        """)
+    r = fam.resolve(c)
+    assert r == OK.replace(dtype=DType.bf16, gqa=True, dq_split=True)
+    name = fam.instance_name(r)
+    assert name == "attn_bwd_sm90a_bf16_d128_64x128_nomask_bshd_gqa_dqsplit"
+    assert AttentionBackwardInstance.from_config(r.config()) == r
+    assert AttentionBackwardInstance.from_config({**OK.config()} | {"dq_split": None}).dq_split is False
+    for inst, split in ((r, True), (OK.replace(head_dim=64, head_dim_v=64, tile_q=128, dq_split=True), True), (OK, False)):
+        assert fam.resolve(inst) == inst
+        text = fam.render_instance(inst, fam.instance_name(inst), banner("spec.yaml", "0" * 64))
+        assert ": mainloop --" in text
+        assert ("struct Mainloop : UpstreamMainloop {" in text) == split
+        assert ("using Mainloop = UpstreamMainloop;" in text) == (not split)
+        assert ("groups_sync(kBarrierDsFree);" in text) == split
+        # upstream's collective is the base either way, included from the CUTLASS tree
+        assert "using UpstreamMainloop = cutlass::fmha::collective::FmhaBwdMainloopTmaWarpSpecialized<" in text
+    s80 = backward_sm80.resolve(OK.replace(arch=Arch.sm80, tile_q=64, tile_kv=64, dq_split=True))
+    assert isinstance(s80, Rejection) and s80.rule == "backward-dq-split", s80
 
 
 def test_default_deterministic_is_rejected_in_the_emit_report(tmp_path):
@@ -193,7 +235,7 @@ def test_fake_backend_on_default_problems_and_planted_faults(emitted):
     long = make_problem(batch=1, heads_q=4, heads_kv=4, seq_q=200, seq_k=201, head_dim=64)
     v = _case(out, entry, long, faults=[{"kind": "bwd_drop_dq_partial"}])
     assert v["failed_tensors"] == ["dq"], v["reason"]
-    gqa = next(e for e in manifest["instances"] if e["name"] == "attn_bwd_sm90a_f16_d128_64x128_causalbr_bshd_gqa")
+    gqa = next(e for e in manifest["instances"] if e["name"] == "attn_bwd_sm90a_f16_d128_64x128_causalbr_bshd_gqa_dqsplit")
     p = make_problem(batch=1, heads_q=8, heads_kv=2, seq_q=77, seq_k=90, head_dim=128)
     assert _case(out, gqa, p)["status"] == "PASSED"
     v = _case(out, gqa, p, faults=[{"kind": "bwd_wrong_kv_head"}])
@@ -297,6 +339,43 @@ int main() {
 
 
 @pytest.mark.nvcc
+@pytest.mark.nvcc
+def test_one_dq_split_instance_compiles(tmp_path):
+    """emitter's split-dQ mainloop level through nvcc (about 1 min on 2 cores): bf16 d128 with GQA, dQ split by
+    head-dim columns; ptxas keeps its wgmma asynchronous (a serialized wgmma fails the build) and the host shim
+    answers with upstream's launch shape."""
+    from emitter.build import BuildOptions, build
+    from emitter.kit.shim import HostShim
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(textwrap.dedent("""\
+        kernels:
+          - family: attention
+            op: backward
+            arch: sm90a
+            dtype: bf16
+            head_dim: 128
+            tile: 64x128
+            gqa: true
+            deterministic: false
+            dq_split: true
+        """))
+    out = tmp_path / "out"
+    emit([str(spec)], out)
+    summary = build(out, options=BuildOptions())
+    (r,) = summary.results
+    name = "attn_bwd_sm90a_bf16_d128_64x128_nomask_bshd_gqa_dqsplit"
+    assert r.name == name and r.status in ("ok", "cached"), r.error
+    entry = json.loads((out / "manifest.json").read_text())["instances"][0]
+    cfg = rt.config_from_entry(entry)
+    shim = HostShim(out / "build" / name / f"lib{name}.so", name)
+    p = make_problem(batch=2, heads_q=8, heads_kv=2, seq_q=77, seq_k=200, head_dim=128)
+    status, launch = shim.query(rt.c_problem(cfg, p, {}))
+    assert status == 0
+    assert tuple(launch.block) == (backward_sm90a.THREADS, 1, 1)
+    assert 100_000 < launch.shared_bytes <= backward_sm90a.SMEM_CAPACITY
+
+
 def test_bf16_fragments_take_a_float_rounded_to_nearest_even(tmp_path):
     """The bf16 fragment engine (templates/attention/sm90a/bwd/bf16_fragment.cu.j2) on the host (nvcc, about 15 s):
     a fragment of cutlass::bfloat16_t takes a float rounded as cutlass::bfloat16_t(float) rounds (ties to even),

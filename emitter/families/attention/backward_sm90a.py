@@ -59,6 +59,9 @@ TILE_KV = 128                 # two MMA warp groups of 64 key rows each (wgmma M
 # BlockQ per head dim: upstream's instantiations (88_hopper_fmha.cu run_bwd_32/64/128); d128 at BlockQ 128
 # does not fit shared memory (K, V, Q, dO stages, dS and the f32 dQ staging)
 TILE_Q = {32: (64, 128), 64: (64, 128), 128: (64,)}
+# dq_split (mainloop.cu.j2): (BlockQ, head_dim) pairs it runs at: query-row halves at BlockQ 128 (d64), head-dim
+# halves at BlockQ 64 (d128); both verified on an H200 (2026-11-28)
+DQ_SPLIT = {(128, 64), (64, 128)}
 THREADS = 384                 # one load warp group + two MMA warp groups
 SMEM_CAPACITY = 232448        # sm90's 227 KiB per CTA
 PRE_ROWS = 128                # query rows per preprocessing block
@@ -105,12 +108,13 @@ def resolve(inst: AttentionBackwardInstance) -> AttentionBackwardInstance | Reje
                        "deterministic: true (the default): examples/88's backward adds each key block's dQ partial "
                        "into an f32 accumulator by TMA reduce-add in arrival order, so the last bits vary run to "
                        "run: add `deterministic: false` to this entry, or use arch sm80 for a deterministic dQ")
-    if inst.dq_split and not (inst.tile_q == 128 or (inst.tile_q == 64 and inst.head_dim % 128 == 0)):
+    if inst.dq_split and (inst.tile_q, inst.head_dim) not in DQ_SPLIT:
         return _reject(inst, "sm90a-backward-dq-split",
                        f"dq_split: true at tile {inst.tile_q}x{inst.tile_kv}, head_dim {inst.head_dim}: the two MMA "
-                       f"warp groups split dQ by query rows (BlockQ 128: 64 each, wgmma M = 64) or by head-dim "
-                       f"columns (BlockQ 64: D / 2 each, which must be whole 64-column swizzle atoms of K, so "
-                       f"head_dim 128); use tile 128x{TILE_KV} at head_dim {inst.head_dim} or leave dq_split out")
+                       f"warp groups split dQ by query rows (BlockQ 128: 64 each, wgmma M = 64; head_dim 64) or by "
+                       f"head-dim columns (BlockQ 64: D / 2 each, whole 64-column swizzle atoms of K: head_dim "
+                       f"128), the two kinds verified on the GPU; use tile 64x{TILE_KV} at head_dim 128 or "
+                       f"128x{TILE_KV} at head_dim 64, or leave dq_split out")
     return inst
 
 
