@@ -110,7 +110,7 @@ def test_repeated_launches_reuse_the_workspace(suite):
     from emitter.kit.launcher import PackedParams
 
     root, real, planted, records, runner = suite
-    entry = next(e for e in real if e["name"] == "attn_bwd_sm90a_f16_d128_64x128_causalbr_bshd_gqa")
+    entry = next(e for e in real if e["name"] == "attn_bwd_sm90a_f16_d128_64x128_causalbr_bshd_gqa_dqsplit")
     b, h, hkv, sq, sk, d = 2, 4, 2, 300, 333, 128
     torch.manual_seed(3)
     q, do = (torch.randn(b, sq, h, d, device="cuda", dtype=torch.float16) for _ in range(2))
@@ -171,9 +171,9 @@ SPEED = [  # (dtype, head_dim, seq, causal): B*S = 16k tokens, H*D = 2048 (the i
 
 def _kernels(dt: str, d: int, causal: bool) -> list[str]:
     mask = "causaltl" if causal else "nomask"
-    if d == 128:
-        return [f"attn_bwd_sm90a_{dt}_d128_64x128_{mask}_bshd_gqa"]
-    return [f"attn_bwd_sm90a_{dt}_d64_{t}_{mask}_bshd" for t in ("64x128", "128x128")]
+    if d == 128:   # the starter set's d128 backward: the split dQ (mainloop.cu.j2)
+        return [f"attn_bwd_sm90a_{dt}_d128_64x128_{mask}_bshd_gqa_dqsplit"]
+    return [f"attn_bwd_sm90a_{dt}_d64_64x128_{mask}_bshd", f"attn_bwd_sm90a_{dt}_d64_128x128_{mask}_bshd_dqsplit"]
 
 
 AGREE = {"f16": 2e-2, "bf16": 5e-2}     # max |ours - cuDNN| / max |cuDNN| per gradient
@@ -281,8 +281,8 @@ def test_speed_table(suite):
 
 
 # ------------------------------------------------------------------------------------------------ training step
-@pytest.mark.parametrize("dname", ["f16", "bf16"])
-def test_training_step_matches_torch(suite, dname):
+@pytest.mark.parametrize("dname, bwd_tile", [("f16", "64x128"), ("bf16", "64x128"), ("bf16", "128x128_dqsplit")])
+def test_training_step_matches_torch(suite, dname, bwd_tile):
     """A transformer block's training step (LayerNorm, Q/K/V projections, causal attention, output projection,
     MLP) in f16 / bf16 with emitter's sm90a attention (forward FWD saving O and the LSE, backward BWD) against the
     same block with torch's SDPA in that dtype, both judged by the block in float64: every parameter's gradient
@@ -296,7 +296,8 @@ def test_training_step_matches_torch(suite, dname):
 
     root, real, planted, records, runner = suite
     FWD = f"attn_sm90a_{dname}_d64_128x128_cooperative_s5_causaltl_bshd_lse"
-    BWD = f"attn_bwd_sm90a_{dname}_d64_64x128_causaltl_bshd"
+    tile, _, split = bwd_tile.partition("_")     # BlockQ 64 with upstream's dQ, or BlockQ 128 with the split dQ
+    BWD = f"attn_bwd_sm90a_{dname}_d64_{tile}_causaltl_bshd" + (f"_{split}" if split else "")
     dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[dname]
     fwd, bwd = torch_run.AttentionKernel(root, FWD), backward_torch.BackwardKernel(root, BWD)
     B, S, H, D = 2, 200, 8, 64
@@ -350,6 +351,6 @@ def test_training_step_matches_torch(suite, dname):
     print(f"\n{'gradient':16} {'emitter':>9} {'torch':>9}   (max |g - g64| / max |g64|, {dname}, sm90a forward + backward)")
     for n, e_, t_ in rows:
         print(f"{n:16} {e_:9.2e} {t_:9.2e}")
-    report("attention_backward_sm90a", f"training_step_{dname}", rows)
+    report("attention_backward_sm90a", f"training_step_{dname}_{bwd_tile}", rows)
     bad = [(n, e_, t_) for n, e_, t_ in rows if not e_ <= 2 * t_ + 1e-3]
     assert not bad, bad
