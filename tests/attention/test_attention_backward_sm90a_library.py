@@ -42,10 +42,20 @@ SPEC = """\
     arch: sm90a
     dtype: f16
     head_dim: 64
-    tile: [64x128, 128x128]
+    tile: 64x128
     mask: causal_top_left
     gqa: true
     deterministic: false
+  - family: attention
+    op: backward
+    arch: sm90a
+    dtype: f16
+    head_dim: 64
+    tile: 128x128
+    mask: causal_top_left
+    gqa: true
+    deterministic: false
+    dq_split: true
   - family: attention
     op: backward
     arch: sm80
@@ -128,16 +138,19 @@ def test_export_puts_the_sm90a_backward_in_the_sm90a_group(api):
 def test_dispatch_prefers_sm90a_where_it_computes_the_problem(api):
     idx = {n: i for i, n in enumerate(api.names)}
     s90_small = idx["attn_bwd_sm90a_f16_d64_64x128_causaltl_bshd_gqa"]
-    s90_big = idx["attn_bwd_sm90a_f16_d64_128x128_causaltl_bshd_gqa"]
+    s90_big = idx["attn_bwd_sm90a_f16_d64_128x128_causaltl_bshd_gqa_dqsplit"]
     s80 = idx["attn_bwd_sm80_f16_d64_64x64_causaltl_bshd_gqa"]
     s80_det = idx["attn_bwd_sm80_f16_d64_64x64_causaltl_bshd_gqa_det"]
     b90 = idx["attn_bwd_sm90a_bf16_d64_64x128_causaltl_bshd_gqa"]
     b80 = idx["attn_bwd_sm80_bf16_d64_64x64_causaltl_bshd_gqa"]
     r = api([dict(), dict(sq=1000, sk=1000), dict(hkv=2), dict(det=1), dict(refuse=(1 << s90_small) | (1 << s90_big)),
              dict(dtype=2), dict(dtype=2, hkv=2), dict(dtype=2, refuse=1 << b90), dict(dtype=2, det=1)])
-    assert r[0]["status"] == 0 and r[0]["run"] == s90_small, r[0]       # MHA f16: the sm90a kernel
-    assert r[1]["status"] == 0 and r[1]["run"] == s90_big, r[1]         # long: the larger sm90a tile first
-    assert r[2]["status"] == 0 and r[2]["run"] == s90_small, r[2]       # GQA: the sm90a kernel too
+    # the split-dQ kernel first at any length (short problems would otherwise take the smaller tile first)
+    assert r[0]["status"] == 0 and r[0]["run"] == s90_big, r[0]         # MHA f16: the sm90a split-dQ kernel
+    assert r[1]["status"] == 0 and r[1]["run"] == s90_big, r[1]         # long: the same
+    assert r[2]["status"] == 0 and r[2]["run"] == s90_big, r[2]         # GQA: the sm90a kernel too
+    r2 = api([dict(refuse=1 << s90_big), dict(sq=1000, sk=1000, refuse=1 << s90_big)])
+    assert [x["run"] for x in r2] == [s90_small, s90_small], r2         # its shim refuses: upstream's dQ next
     assert r[3]["status"] == 0 and r[3]["run"] == s80_det, r[3]         # deterministic asked: only sm80's
     assert r[4]["status"] == 0 and r[4]["run"] == s80, r[4]             # the sm90a shims refuse: the next one
     assert r[5]["status"] == 0 and r[5]["run"] == b90, r[5]             # bf16: the sm90a kernel too

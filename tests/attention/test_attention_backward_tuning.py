@@ -139,7 +139,7 @@ def test_backward_dispatch_takes_the_tuned_kernel_then_the_nearest_record(gen, t
 
     ks = _bkernels(gen)
     idx = {k.name: k.index for k in ks}
-    s90_big = idx["attn_bwd_sm90a_f16_d64_128x128_causaltl_bshd_gqa"]
+    s90_big = idx["attn_bwd_sm90a_f16_d64_128x128_causaltl_bshd_gqa_dqsplit"]
     s80 = idx["attn_bwd_sm80_f16_d64_64x64_causaltl_bshd_gqa"]
     s80_det = idx["attn_bwd_sm80_f16_d64_64x64_causaltl_bshd_gqa_det"]
     static = backward_candidates(ks, cc=90, dtype=1, head_dim=64, head_dim_v=64, mask=1, varlen=False, heads_q=8,
@@ -157,7 +157,7 @@ def test_backward_dispatch_takes_the_tuned_kernel_then_the_nearest_record(gen, t
                dict(batch=1, hq=8, hkv=8, sq=100, sk=200),            # untuned, nearer the short record
                dict(batch=2, hq=8, hkv=8, sq=4096, sk=4096, refuse=1 << s80),   # its shim says no: the other record's
                dict(batch=2, hq=8, hkv=8, sq=4096, sk=4096, refuse=(1 << s80) | (1 << s80_det))])   # then static
-    assert got == [s80, s80_det, s80, s80_det, s80_det, s90_big], got      # long: the larger sm90a tile
+    assert got == [s80, s80_det, s80, s80_det, s80_det, s90_big], got      # then the split-dQ sm90a kernel
     # the C walk and the Python mirror agree on random problems (with refusals and determinism asked for)
     entries = [dict(e, source="t", position=i, gpu_cc=90) for i, e in enumerate(table["entries"])]
     recs, dropped = backward_tuning_records(ks, entries)

@@ -16,7 +16,7 @@ first: the kernels of the tuning records (`emitter profile`'s tuning.json entrie
 dtype, head dims, mask, GQA ratio, sequence lengths -> kernel) among the candidates, nearest record first by the
 forward's tuning_distance (records of another compute capability are not used); then the rest in the static order
 of backward_order_key: key-split kernels before deterministic ones (unless determinism is asked for), then the arch
-(newest first), then the tile area (larger first for seq_q >= LONG_SEQ), then the index (name order). The first
+(newest first), then split-dQ kernels (sm90a `dq_split`: 1.3-1.7x upstream's dQ at d64 on an H200), then the tile area (larger first for seq_q >= LONG_SEQ), then the index (name order). The first
 whose shim accepts runs. templates/attention/library/backward_api.cpp.j2 is the same rule in C++.
 """
 
@@ -106,7 +106,8 @@ class BackwardKernel:
 def backward_order_key(k: BackwardKernel, seq_q: int, deterministic: bool) -> tuple:
     """The static dispatch priority among candidates (lower first); backward_api.cpp.j2's Key is the same."""
     area = k.inst.tile_q * k.inst.tile_kv
-    return (0 if deterministic else int(k.inst.deterministic), -k.cc, -area if seq_q >= LONG_SEQ else area, k.index)
+    return (0 if deterministic else int(k.inst.deterministic), -k.cc, 0 if k.inst.dq_split else 1,
+            -area if seq_q >= LONG_SEQ else area, k.index)
 
 
 def backward_computes(k: BackwardKernel, *, dtype: int, head_dim: int, head_dim_v: int, mask: int, varlen: bool,
