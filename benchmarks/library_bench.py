@@ -81,6 +81,9 @@ RECORDS = ROOT / "docs" / "perf" / "library"
 CONFIG_KEYS = {"family", "variant", "specs", "select", "exclude", "dtype", "dtypes", "ops", "profile", "tune", "eval",
                "host"}
 _VARIANT_RE = re.compile(r"^[a-z0-9][a-z0-9_]*$")
+# the ops a config's `ops` may name per family (attention: the forward by default; `ops: [backward]` times the
+# library's attention_backward, configs/bench/library_attention_backward.yaml)
+FAMILY_OPS = {"gemm": (), "attention": ("forward", "backward"), "conv": ("fprop", "dgrad", "wgrad")}
 GOAL_GEOMEAN, GOAL_CASE = 0.97, 0.90       # library / oracle: within 3% in geomean, 10% on every case
 TOLERANCE = {"f16": 1e-2, "bf16": 2e-2}    # relative Frobenius error of the library's output against the vendor's
 T0 = time.perf_counter()
@@ -137,6 +140,11 @@ def load_config(family: str, path: Path | None = None) -> dict[str, Any]:
         v = cfg.get(key, [])
         if not isinstance(v, list) or not all(isinstance(e, str) for e in v):
             raise BenchError(f"{_where(path, key)}: value {v!r}: needs a list of strings")
+    bad_ops = [o for o in cfg.get("ops", []) if o not in FAMILY_OPS.get(family, ())]
+    if bad_ops or ("ops" in cfg and not cfg["ops"]):
+        allowed = ", ".join(FAMILY_OPS.get(family, ())) or f"none: a {family} config has no 'ops'"
+        raise BenchError(f"{_where(path, 'ops')}: value {bad_ops[0] if bad_ops else cfg['ops']!r}: not an op of the "
+                         f"{family} bench (allowed: {allowed}); fix: remove it or name one of those")
     if not isinstance(cfg.get("profile", {}), dict):
         raise BenchError(f"{_where(path, 'profile')}: value {cfg.get('profile')!r}: needs a mapping of profile "
                          f"config keys (timing, scheduler, ...)")
@@ -345,6 +353,10 @@ class Family:
     def gen(self, label: str):
         return self.torch.Generator(device="cuda").manual_seed(zlib.crc32(label.encode()) & 0xFFFFFFFF)
 
+    def kernel_count(self) -> int:
+        """The exported kernels the record counts."""
+        return len(self.lib.kernels()) if self.name == "gemm" else len(getattr(self.lib, f"{self.name}_kernels")())
+
 
 class GemmBench(Family):
     name = "gemm"
@@ -413,11 +425,32 @@ class GemmBench(Family):
 
 
 class AttentionBench(Family):
+    """The forward (default) and, with `ops: [backward]` (configs/bench/library_attention_backward.yaml), the
+    backward: lib.attention_backward against SDPA's backward (cuDNN, flash) on the same tensors."""
+
     name = "attention"
     BACKENDS = {"cudnn": "CUDNN_ATTENTION", "flash": "FLASH_ATTENTION"}
 
+    def __init__(self, *a, **kw) -> None:
+        super().__init__(*a, **kw)
+        from emitter.families.attention.backward_library import is_backward_entry
+
+        self.ops = list(self.cfg.get("ops") or ["forward"])
+        self.backward_entries = [e for e in self.entries if is_backward_entry(e)]
+        self.forward_entries = [e for e in self.entries if not is_backward_entry(e)]
+        if self.ops == ["backward"]:     # the record counts the tuning records of what it measures
+            self.entries = self.backward_entries
+        self._mirror: Any = None
+
     def cases(self) -> list[dict[str, Any]]:
-        return [{"case": t, "dtype": self.cfg.get("dtype", "bf16")} for t in self.cfg["eval"]]
+        dt = self.cfg.get("dtype", "bf16")
+        return [{"case": t, "dtype": dt, **({"op": "backward"} if op == "backward" else {})}
+                for op in self.ops for t in self.cfg["eval"]]
+
+    def kernel_count(self) -> int:
+        if self.ops == ["backward"]:
+            return len(self.lib.attention_backward_kernels())
+        return len(self.lib.attention_kernels())
 
     def _sdpa(self, backend: str, q, k, v, causal: bool, gqa: bool):
         from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -436,6 +469,8 @@ class AttentionBench(Family):
         from emitter.families.attention.flops import visible_pairs
         from emitter.families.attention.problem import parse_problem
 
+        if c.get("op") == "backward":
+            return self.setup_backward(c)
         torch, lib = self.torch, self.lib
         p = parse_problem(c["case"])
         causal = bool(p.causal)
@@ -507,7 +542,7 @@ class AttentionBench(Family):
             return "forced"
         mask = ("causal_top_left", "causal_bottom_right") if causal else ("none",)
         recs = []
-        for e in self.entries:
+        for e in self.forward_entries:
             op, pr = e.get("op", {}), e.get("problem", {})
             if (op.get("dtype") != dtype or op.get("head_dim") != p.head_dim or op.get("mask") not in mask
                     or (p.heads_kv != p.heads_q and not str(e.get("kernel", "")).endswith(("_gqa", "_gqa_varlen")))):
@@ -531,8 +566,221 @@ class AttentionBench(Family):
         q = torch.randn(p.batch, p.seq_q, p.heads_q, p.head_dim, device="cuda", dtype=td)
         k = torch.randn(p.batch, p.seq_k, p.heads_kv, p.head_dim, device="cuda", dtype=td)
         v = torch.randn(p.batch, p.seq_k, p.heads_kv, p.head_dim_v, device="cuda", dtype=td)
+        if self.ops == ["backward"]:
+            s = {"q": q, "k": k, "v": v, "do": torch.randn_like(q)}
+            s["o"], s["lse"] = self._o_lse(q, k, v, bool(p.causal))
+            return {"case": self.cfg["host"],
+                    "library": lambda: lib.attention_backward(q, k, v, s["o"], s["lse"], s["do"]),
+                    "vendor": self._sdpa_backward("cudnn", s, False, False), "vendor_name": "SDPA backward (cuDNN)"}
         return {"case": self.cfg["host"], "library": lambda: lib.attention(q, k, v),
                 "vendor": self._sdpa("cudnn", q, k, v, False, False), "vendor_name": "SDPA (cuDNN)"}
+
+    # ----------------------------------------------------------------------------------------- the backward
+
+    def _o_lse(self, q, k, v, causal: bool):
+        """O (rounded to q's dtype) and the float32 LSE [B, Hq, Sq] that a forward kernel saves, from torch in
+        float32 (no TF32) on the GPU, in pieces of at most ~0.5 GiB of scores; GQA by repeated K / V heads."""
+        torch = self.torch
+        B, Sq, Hq, D = q.shape
+        Sk, Hkv = k.shape[1], k.shape[2]
+        grp, scale = Hq // Hkv, D ** -0.5
+        o = torch.empty(B, Sq, Hq, v.shape[3], device=q.device, dtype=q.dtype)
+        lse = torch.empty(B, Hq, Sq, device=q.device, dtype=torch.float32)
+        rows = max(1, min(Sq, (1 << 27) // max(Sk * Hq, 1)))
+        tf32 = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False
+        try:
+            for b in range(B):
+                kb = k[b].float().repeat_interleave(grp, dim=1).transpose(0, 1)     # [Hq, Sk, D]
+                vb = v[b].float().repeat_interleave(grp, dim=1).transpose(0, 1)
+                for r0 in range(0, Sq, rows):
+                    r1 = min(Sq, r0 + rows)
+                    sc = torch.matmul(q[b, r0:r1].float().transpose(0, 1), kb.transpose(1, 2)) * scale
+                    if causal:       # top-left: query row i sees keys 0..i
+                        cols = torch.arange(Sk, device=q.device)[None, :]
+                        sc.masked_fill_(cols > torch.arange(r0, r1, device=q.device)[:, None], float("-inf"))
+                    ls = torch.logsumexp(sc, dim=-1)                                 # [Hq, rows]
+                    o[b, r0:r1] = torch.matmul(torch.exp(sc - ls[..., None]), vb).transpose(0, 1).to(q.dtype)
+                    lse[b, :, r0:r1] = ls
+                    del sc
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+        return o, lse
+
+    def _sdpa_backward(self, backend: str, s: dict[str, Any], causal: bool, gqa: bool):
+        """SDPA's backward alone with `backend` named (tests/attention/test_attention_backward_sm90a_gpu.py's speed
+        table): its forward runs once, untimed, on [B, H, S, D] views of the set's Q, K, V; the timed call is
+        torch.autograd.grad of that output with the set's dO (the graph kept)."""
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        import torch.nn.functional as F
+
+        torch = self.torch
+        qt, kt, vt = (s[x].transpose(1, 2).detach().requires_grad_() for x in ("q", "k", "v"))
+        with sdpa_kernel(getattr(SDPBackend, self.BACKENDS[backend])):
+            out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, **({"enable_gqa": True} if gqa else {}))
+        dot = s["do"].transpose(1, 2)
+
+        def fn():      # (dq, dk, dv) as [B, S, H, D] views
+            return tuple(g.transpose(1, 2) for g in torch.autograd.grad(out, (qt, kt, vt), dot, retain_graph=True))
+        return fn
+
+    def _ref_backward_f32(self, s: dict[str, Any], causal: bool):
+        """dQ, dK, dV by autograd through a float32 forward, one (batch, KV head) at a time: the check's reference
+        where neither named SDPA backend takes the case (GQA on some builds)."""
+        torch = self.torch
+        q, k, v, do = s["q"], s["k"], s["v"], s["do"]
+        B, Sq, Hq, D = q.shape
+        Sk, Hkv = k.shape[1], k.shape[2]
+        grp = Hq // Hkv
+        dq, dk, dv = (torch.empty(x.shape, device=x.device, dtype=torch.float32) for x in (q, k, v))
+        tf32 = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False
+        try:
+            for b in range(B):
+                for j in range(Hkv):
+                    hs = slice(j * grp, (j + 1) * grp)
+                    qf = q[b, :, hs].float().transpose(0, 1).requires_grad_()          # [grp, Sq, D]
+                    kf, vf = (x[b, :, j].float().requires_grad_() for x in (k, v))      # [Sk, D]
+                    sc = torch.matmul(qf, kf.t()) * D ** -0.5
+                    if causal:
+                        sc = sc.masked_fill(torch.ones(Sq, Sk, device=q.device, dtype=torch.bool).triu(1),
+                                            float("-inf"))
+                    of = torch.matmul(torch.softmax(sc, dim=-1), vf)
+                    gq, gk, gv = torch.autograd.grad(of, (qf, kf, vf), do[b, :, hs].float().transpose(0, 1))
+                    dq[b, :, hs], dk[b, :, j], dv[b, :, j] = gq.transpose(0, 1), gk, gv
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+        return dq, dk, dv
+
+    def backward_mirror(self):
+        """The library's backward dispatch replayed in Python (backward_library.backward_candidates, the C++ rule's
+        mirror): its exported backward kernels and the tuning records the export made of the profile's table."""
+        if self._mirror is None:
+            from emitter.families.attention.backward_library import (
+                backward_records, backward_tuning_records, is_backward_entry,
+            )
+            from emitter.library.tuning import family_entries
+
+            names = set(self.lib.attention_backward_kernels())
+            manifest = json.loads((self.work / "kernels" / "manifest.json").read_text())
+            inst = [e for e in manifest["instances"] if e["name"] in names]
+            kernels = backward_records(inst, {"f16": 1, "bf16": 2}, BenchError)
+            table = self.work / "profile" / "tuning.json"
+            # as the export read it (a fake-profiled table too: the bench exports that one with
+            # --allow-unmeasured-tuning)
+            entries = family_entries([table], allow_unmeasured=True).get("attention", []) if table.is_file() else []
+            records, _ = backward_tuning_records(kernels, [e for e in entries if is_backward_entry(e, sorted(names))],
+                                                 [n for n in self.lib.attention_kernels()])
+            self._mirror = (kernels, records)
+        return self._mirror
+
+    def backward_choice(self, p, dtype: str, causal: bool, cc: int) -> tuple[str | None, str]:
+        """(kernel, why) of the library's backward dispatch for the problem: the first candidate (sm90a's shims take
+        any sequence length, so the first candidate is the one that runs)."""
+        from emitter.families.attention.backward_library import backward_candidates
+        from emitter.families.attention.library_common import MASKS
+        from emitter.families.attention.model import Mask
+
+        kernels, records = self.backward_mirror()
+        mask = MASKS[Mask.causal_top_left if causal else Mask.none]
+        got = backward_candidates(kernels, cc=cc, dtype={"f16": 1, "bf16": 2}[dtype], head_dim=p.head_dim,
+                                  head_dim_v=p.head_dim_v, mask=mask, varlen=False, heads_q=p.heads_q,
+                                  heads_kv=p.heads_kv, seq_q=p.seq_q, seq_k=p.seq_k, batch=p.batch, tuning=records)
+        if not got:
+            return None, "no exported backward kernel computes it"
+        first = got[0]
+        by_index = {k.index: k for k in kernels}
+        mine = [r for r in records if by_index[r.kernel].name == first.name and r.cc in (0, cc)]
+        if mine:
+            from emitter.families.attention.library_common import tuning_distance
+
+            r = min(mine, key=lambda r: tuning_distance(r, batch=p.batch, heads_q=p.heads_q, heads_kv=p.heads_kv,
+                                                        seq_q=p.seq_q, seq_k=p.seq_k))
+            return first.name, f"tuned (record b={r.batch},hq={r.heads_q},hkv={r.heads_kv},sq={r.seq_q})"
+        return first.name, "static order" + ("" if records else " (no backward tuning record)")
+
+    @staticmethod
+    def backward_flops(p) -> float:
+        """2.5 x the forward's FLOPs over the visible (query, key) pairs (causal: top-left), the convention of the
+        issue's anchors, of FlashAttention's and cuDNN's backward figures and of `emitter profile`'s backward ops."""
+        from emitter.families.attention.flops import visible_pairs
+
+        pairs = visible_pairs("causal_top_left" if p.causal else "none", p.seq_q, p.seq_k)
+        return 2.5 * 2 * pairs * (p.head_dim + p.head_dim_v) * p.heads_q * p.batch
+
+    def setup_backward(self, c: dict[str, Any]) -> dict[str, Any]:
+        """One backward case: per rotation set Q, K, V, dO and the forward's O and LSE (_o_lse); the library's
+        attention_backward (what a user calls: dispatch, workspace, gradient allocation), SDPA's backward with the
+        cuDNN and the flash backend named, and every exported backward kernel forced by name (kernel=...) through
+        the same call. FLOPs = 2.5 x the forward's (visible pairs). The check: the library's dQ, dK, dV against
+        cuDNN's (flash's, or float32 autograd, where cuDNN does not take the case), the largest relative error."""
+        from emitter.families.attention.problem import parse_problem
+
+        torch, lib = self.torch, self.lib
+        p = parse_problem(c["case"])
+        causal, gqa = bool(p.causal), p.heads_kv != p.heads_q
+        td = {"f16": torch.float16, "bf16": torch.bfloat16}[c["dtype"]]
+        g = self.gen(f"{c['case']} backward")
+        qn, kvn = p.batch * p.seq_q * p.heads_q * p.head_dim, p.batch * p.seq_k * p.heads_kv * p.head_dim
+        # read: q, k, v, o, do, lse; written: dq, dk, dv
+        ns = self.nsets(2 * (3 * qn + 2 * kvn) + 4 * p.batch * p.heads_q * p.seq_q + 2 * (qn + 2 * kvn))
+        sets = []
+        for _ in range(ns):
+            s = {"q": torch.randn(p.batch, p.seq_q, p.heads_q, p.head_dim, device="cuda", generator=g).to(td),
+                 "k": torch.randn(p.batch, p.seq_k, p.heads_kv, p.head_dim, device="cuda", generator=g).to(td),
+                 "v": torch.randn(p.batch, p.seq_k, p.heads_kv, p.head_dim_v, device="cuda", generator=g).to(td),
+                 "do": torch.randn(p.batch, p.seq_q, p.heads_q, p.head_dim_v, device="cuda", generator=g).to(td)}
+            s["o"], s["lse"] = self._o_lse(s["q"], s["k"], s["v"], causal)
+            sets.append(s)
+
+        def lib_call(s, kernel=None):
+            return lib.attention_backward(s["q"], s["k"], s["v"], s["o"], s["lse"], s["do"], causal=causal,
+                                          kernel=kernel)
+
+        props = torch.cuda.get_device_properties(0)
+        kernel, why = self.backward_choice(p, c["dtype"], causal, props.major * 10 + props.minor)
+        fns: dict[str, Callable[[int], Any]] = {}
+        s0 = sets[0]
+        if kernel is not None:
+            fns["library"] = lambda i: lib_call(sets[i % ns])
+        vendors, vendor_grads = [], {}
+        for backend in self.BACKENDS:
+            try:
+                fs = [self._sdpa_backward(backend, s, causal, gqa) for s in sets]
+                vendor_grads[backend] = fs[0]()
+                torch.cuda.synchronize()
+            except Exception as e:  # noqa: BLE001 (this backend does not take this case: reported, not timed)
+                log(f"    sdpa {backend} backward: {type(e).__name__}: "
+                    f"{str(e).splitlines()[0][:120] if str(e) else ''}")
+                continue
+            fns[backend] = (lambda fs: lambda i: fs[i % ns]())(fs)
+            vendors.append(backend)
+        ref_name = vendors[0] if vendors else "float32 autograd"
+        ref = vendor_grads[vendors[0]] if vendors else self._ref_backward_f32(s0, causal)
+        del vendor_grads
+
+        def err_of(grads) -> dict[str, float]:
+            return {n: rel_err(torch, got, want) for n, got, want in zip(("dq", "dk", "dv"), grads, ref)}
+
+        oracle = {}
+        if kernel is not None:
+            for name in lib.attention_backward_kernels():
+                try:      # a forced kernel that cannot compute the case raises (NOT_SUPPORTED)
+                    lib_call(s0, kernel=name)
+                    torch.cuda.synchronize()
+                except lib.Error:
+                    continue
+                oracle[name] = (lambda name: lambda i: lib_call(sets[i % ns], kernel=name))(name)
+        detail: dict[str, Any] = {"reference": ref_name}
+
+        def check() -> float:
+            detail.update(err_of(lib_call(s0)))
+            return max(detail[n] for n in ("dq", "dk", "dv"))
+
+        return {"fns": fns, "vendors": vendors, "oracle": oracle, "kernel": kernel, "why": why,
+                "flops": self.backward_flops(p), "out0": None, "ref": None, "check_detail": detail,
+                "oracle_err": lambda name: max(err_of(lib_call(s0, kernel=name)).values()),
+                "check": check if kernel is not None else None}
 
 
 class ConvBench(Family):
@@ -687,7 +935,11 @@ def measure_case(timer, fam: Family, c: dict[str, Any]) -> dict[str, Any]:
     row["tflops"] = {k: s["flops"] / (v * 1e-3) / 1e12 for k, v in again.items()}
     row["oracle_kernel"] = best[2:] if best else None
     row["oracle_candidates"] = len(oracle)
-    if best and s.get("out0") is not None and s.get("ref"):
+    if best and s.get("oracle_err"):
+        # a family whose oracle call returns its outputs (attention backward: dQ, dK, dV) checks them itself
+        err = s["oracle_err"](best[2:])
+        row["oracle_check"] = "ok" if err < TOLERANCE.get(c["dtype"], 2e-2) else "MISMATCH"
+    elif best and s.get("out0") is not None and s.get("ref"):
         # the oracle's best is a kernel forced on a shape it was not verified on: its output is checked too
         s["out0"].fill_(float("nan"))
         oracle[best](0)
@@ -697,6 +949,8 @@ def measure_case(timer, fam: Family, c: dict[str, Any]) -> dict[str, Any]:
         err = s["check"]()
         row["check_rel_err"] = err
         row["check"] = "ok" if err < TOLERANCE.get(c["dtype"], 2e-2) else "MISMATCH"
+        if s.get("check_detail"):      # per output (attention backward: dq, dk, dv) and the reference's name
+            row["check_detail"] = dict(s["check_detail"])
     return row
 
 
@@ -769,7 +1023,7 @@ def measure(family: str, cfg: dict[str, Any], work: Path, args) -> dict[str, Any
     return {"family": family, "variant": cfg.get("variant"), "gpu": gpu, "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
             "library": lib.version(), "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "config": _shown(Path(cfg["path"])), "tune": cfg["tune"], "eval": cfg["eval"],
-            "kernels": len(lib.kernels()) if family == "gemm" else len(getattr(lib, f"{family}_kernels")()),
+            "kernels": fam.kernel_count(),
             "tuning_entries": len(fam.entries), "rows": rows, "host": host, "summary": summarize(rows),
             "method": {"reps": args.reps, "min_ms": args.min_ms, "warmup": args.warmup, "median": True,
                        "alternating": True, "retimed": True, "l2_rotation": True, "cudnn_benchmark": True,
@@ -816,6 +1070,8 @@ def short(name: str | None) -> str:
 def label_of(family: str, row: dict[str, Any]) -> str:
     if family == "conv":
         return f"{row['op']} {row['dtype']} {row['case']}"
+    if row.get("op") == "backward":
+        return f"{row.get('dtype', '')} bwd {row['case']}"
     return f"{row.get('dtype', '')} {row['case']}"
 
 
@@ -872,7 +1128,10 @@ def family_section(rec: dict[str, Any], plot: str | None = None) -> str:
              f"Record: `{rec.get('config', '')}` run {rec['date']}, torch {rec.get('torch')}, cuDNN {rec.get('cudnn')}; "
              f"{rec.get('kernels')} exported kernels, {rec.get('tuning_entries')} tuning records from "
              f"{len(rec.get('tune', []))} tuning shapes; {len(rec['rows'])} evaluation cases, none of them tuned "
-             "on.",
+             "on." + (" Backward: the library's attention_backward (dQ, dK, dV) against SDPA's backward alone with the "
+                      "backend named; TFLOP/s = 2.5 x the forward's FLOPs (visible pairs); `check`: the largest "
+                      "relative error of dQ, dK, dV against cuDNN's (`check_detail` in the record)."
+                      if any(r.get("op") == "backward" for r in rec["rows"]) else ""),
              "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rec["rows"]:
         tf, ra = r.get("tflops", {}), r.get("ratios", {})

@@ -497,3 +497,190 @@ def test_variant_records_are_their_own_table(tmp_path):
     md = lb.render_doc(got)
     assert md.count("## conv (NVIDIA H200)") == 1 and md.count("## conv bf16 (NVIDIA H200)") == 1
     assert "| fprop bf16 n=64,h=56,w=56" in md and "| fprop f16 n=64,h=56,w=56" in md
+
+
+# ------------------------------------------------------------------------------------------------- attention backward
+
+ATTN_BWD = lb.BENCH_DIR / "library_attention_backward.yaml"
+
+
+def _attn(text: str):
+    from emitter.families.attention.problem import parse_problem
+
+    return parse_problem(text)
+
+
+def test_attention_backward_config_is_the_anchor_set_and_held_out_shapes():
+    """configs/bench/library_attention_backward.yaml: backward cases (ops), its own work dir / record / table
+    (variant), bf16, tuned on issue 40's anchor set (B*S = 16k tokens, H*D = 2048, d64 / d128, S 1k / 4k, full /
+    causal) and evaluated on other shapes: odd lengths, GQA 32/8, a cross-attention one."""
+    cfg = lb.load_config("attention", ATTN_BWD)
+    assert lb.config_family(ATTN_BWD, None) == "attention"
+    assert cfg["ops"] == ["backward"] and cfg["variant"] == "backward" and cfg["dtype"] == "bf16"
+    assert lb.run_name("attention", cfg["variant"]) == "attention-backward"
+    tune = [_attn(t) for t in cfg["tune"]]
+    assert {(p.head_dim, p.seq_q, bool(p.causal)) for p in tune} == {
+        (d, s, c) for d in (64, 128) for s in (1024, 4096) for c in (False, True)}
+    assert all(p.batch * p.seq_q == 16384 and p.heads_q * p.head_dim == 2048 and p.heads_kv == p.heads_q
+               for p in tune)
+    ev = [_attn(t) for t in cfg["eval"]]
+    assert not {lb.shape_key("attention", t) for t in cfg["tune"]} & {lb.shape_key("attention", t)
+                                                                       for t in cfg["eval"]}
+    assert any(p.heads_kv != p.heads_q and p.head_dim == 128 for p in ev), "GQA at d128"
+    assert any(p.seq_q % 8 for p in ev) and any(p.seq_q != p.seq_k for p in ev)
+    assert {p.head_dim for p in ev} == {64, 128} and any(p.causal for p in ev) and any(not p.causal for p in ev)
+
+
+def test_attention_backward_eval_shapes_run_on_a_selected_kernel(tmp_path):
+    """Every evaluation shape (bf16, causal top-left or none) has a selected backward kernel the library's dispatch
+    (backward_candidates, the C++ rule's Python mirror, on an sm90 device) tries, and whose run-time rules
+    (backward_runtime.not_supported_reasons: head dims, GQA only on gqa kernels, 32-bit offsets, any lengths) take
+    it; GQA shapes only reach gqa kernels. The selection holds a forward (the export refuses a backward alone) and
+    every selected backward kernel is a candidate of some shape."""
+    from emitter.families.attention import backward_runtime as rt
+    from emitter.families.attention.backward_library import backward_candidates, backward_records
+    from emitter.families.attention.library_common import MASKS
+    from emitter.families.attention.model import Mask
+    from emitter.selection import select
+
+    cfg = lb.load_config("attention", ATTN_BWD)
+    chosen = select(_emitted(cfg["specs"], tmp_path), cfg["select"], cfg.get("exclude", []))
+    bwd = [e for e in chosen if e["config"].get("op") == "backward"]
+    assert len(bwd) == 6 and len(chosen) == 7, [e["name"] for e in chosen]
+    assert all(e["config"]["dtype"] == "bf16" and e["config"]["arch"] == "sm90a" for e in chosen)
+    kernels = backward_records(bwd, {"f16": 1, "bf16": 2}, AssertionError)
+    by_name = {e["name"]: e for e in bwd}
+    reached = set()
+    for text in cfg["eval"]:
+        p = _attn(text)
+        got = backward_candidates(kernels, cc=90, dtype=2, head_dim=p.head_dim, head_dim_v=p.head_dim_v,
+                                  mask=MASKS[Mask.causal_top_left if p.causal else Mask.none], varlen=False,
+                                  heads_q=p.heads_q, heads_kv=p.heads_kv, seq_q=p.seq_q, seq_k=p.seq_k, batch=p.batch)
+        assert got, f"no selected backward kernel computes {text}"
+        runs = [k.name for k in got if not rt.not_supported_reasons(rt.config_from_entry(by_name[k.name]), p)]
+        assert runs and runs[0] == got[0].name, (text, [k.name for k in got])
+        if p.heads_kv != p.heads_q:
+            assert all(k.inst.gqa for k in got), text
+        reached |= {k.name for k in got}
+    assert reached == set(by_name), f"selected but reached by no evaluation shape: {set(by_name) - reached}"
+
+
+class _StubBwdLib:
+    """What the bench's dispatch mirror asks of a loaded library: its kernels' names (index order)."""
+
+    def __init__(self, names: list[str], forward: list[str]) -> None:
+        self.names, self.forward = names, forward
+
+    def attention_backward_kernels(self):
+        return list(self.names)
+
+    def attention_kernels(self):
+        return list(self.forward)
+
+
+def test_attention_backward_fake_pipeline_and_dispatch_mirror(tmp_path, capsys):
+    """The committed backward config through the fake path (emit, fake profile of the backward ops on the anchor
+    set, export with that tuning) in its own work dir; the bench's replay of the library's backward dispatch then
+    gives, at each tuning shape, that shape's profile winner ('tuned'), and a kernel for every evaluation shape."""
+    out = tmp_path / "out"
+    assert lb.main(["--dry-run", "--config", str(ATTN_BWD), "--out", str(out)]) == 0
+    work = out / "attention-backward"
+    assert work.is_dir() and not (out / "attention").exists()
+    prof = yaml_load(work / "profile.yaml")
+    cfg = lb.load_config("attention", ATTN_BWD)
+    assert prof["problems"] == cfg["tune"] and prof["select"] == cfg["select"]
+    entries = lb.tuning_entries(work, "attention")
+    bwd = [e for e in entries if e["problem"].get("pass") == "backward"]
+    assert {(e["problem"]["seq_q"], e["problem"]["head_dim"], e["op"]["mask"]) for e in bwd} == {
+        (s, d, m) for s in (1024, 4096) for d in (64, 128) for m in ("none", "causal_top_left")}
+    man = json.loads((work / "kernels" / "manifest.json").read_text())
+    from emitter.selection import select
+
+    chosen = select(man["instances"], cfg["select"], [])
+    names = sorted(e["name"] for e in chosen if e["config"].get("op") == "backward")
+    lib_src = "\n".join(p.read_text() for p in (work / "lib" / "src").glob("lb_*.cpp"))
+    assert all(e["kernel"] in lib_src for e in bwd)
+    fam = lb.AttentionBench(None, _StubBwdLib(names, [e["name"] for e in chosen if e["name"] not in names]), cfg,
+                            work, 132, 50 << 20)
+    assert fam.entries == fam.backward_entries and len(fam.entries) == len(bwd)
+    assert fam.cases()[0] == {"case": cfg["eval"][0], "dtype": "bf16", "op": "backward"}
+    for e in bwd:
+        pr = e["problem"]
+        p = _attn(f"b={pr['batch']},hq={pr['heads_q']},sq={pr['seq_q']},sk={pr['seq_k']},d={pr['head_dim']}"
+                  + (",causal" if e["op"]["mask"] != "none" else ""))
+        kernel, why = fam.backward_choice(p, "bf16", bool(p.causal), 90)
+        assert kernel == e["kernel"] and why.startswith(f"tuned (record b={pr['batch']},"), (kernel, why, e)
+    for text in cfg["eval"]:
+        p = _attn(text)
+        kernel, why = fam.backward_choice(p, "bf16", bool(p.causal), 90)
+        assert kernel in names and ("_gqa" in kernel or p.heads_kv == p.heads_q), (text, kernel)
+        assert why.startswith("tuned") or why.startswith("static order"), why
+    capsys.readouterr()
+    assert lb.main(["--dry-run", "--stage", "measure", "--config", str(ATTN_BWD), "--out", str(out)]) == 2
+    assert "needs the GPU" in capsys.readouterr().err
+
+
+def test_attention_backward_flops_are_the_profiles(tmp_path):
+    """The bench's backward FLOPs: 2.5 x the forward's over the visible pairs, the same figure `emitter profile`
+    gives a backward op (backward_runtime.flops), so its TFLOP/s compare with the profile's and the issue's."""
+    from emitter.families.attention import backward_runtime as rt
+    from emitter.families.attention.flops import visible_pairs
+
+    inst = _emitted(["configs/attention/sm90a_backward.yaml"], tmp_path)
+    cfgs = {e["name"]: rt.config_from_entry(e) for e in inst if e["config"].get("op") == "backward"}
+    for text, name in (("b=2,hq=16,sq=1000,sk=3000,d=128", "attn_bwd_sm90a_bf16_d128_64x128_nomask_bshd_gqa_dqsplit"),
+                       ("b=3,hq=32,sq=777,sk=777,d=64,causal", "attn_bwd_sm90a_bf16_d64_64x128_causaltl_bshd")):
+        p = _attn(text)
+        fwd = 2 * visible_pairs("causal_top_left" if p.causal else "none", p.seq_q, p.seq_k) * 2 * p.head_dim \
+            * p.heads_q * p.batch
+        assert lb.AttentionBench.backward_flops(p) == pytest.approx(2.5 * fwd)
+        assert lb.AttentionBench.backward_flops(p) == pytest.approx(rt.flops(cfgs[name], p), rel=1e-9)
+
+
+@pytest.mark.parametrize("family, extra, what", [
+    ("attention", "ops: [backwards]\n", "allowed: forward, backward"),
+    ("attention", "ops: []\n", "not an op"),
+    ("gemm", "ops: [backward]\n", "a gemm config has no 'ops'"),
+    ("attention", "variant: Backward!\n", "lower-case"),
+])
+def test_bad_ops_or_variant_is_a_clean_error(tmp_path, family, extra, what):
+    base = {"attention": "family: attention\nspecs: [configs/attention/sm90a_backward.yaml]\n"
+                         "tune: ['b=2,hq=4,sq=256,sk=256,d=64']\neval: ['b=3,hq=4,sq=300,sk=300,d=64']\n",
+            "gemm": "family: gemm\nspecs: [configs/gemm/sm90a_bf16.yaml]\ntune: [1x2x3]\neval: [4x5x6]\n"}[family]
+    p = _write(tmp_path, family, base + extra)
+    with pytest.raises(lb.BenchError) as e:
+        lb.load_config(family, p)
+    key = "'variant'" if "variant" in extra else "'ops'"
+    assert key in str(e.value) and what in str(e.value), str(e.value)
+    assert lb.main(["--dry-run", "--config", str(p), "--out", str(tmp_path / "out")]) == 2
+
+
+def test_measure_case_checks_a_backward_oracle_through_its_own_outputs():
+    """A family whose oracle call returns its outputs (attention backward: dQ, dK, dV) checks the oracle's best with
+    its oracle_err; the per-gradient errors of the library's check land in the row."""
+    class Fam(_StubFamily):
+        def __init__(self, wrong: str) -> None:
+            super().__init__(4e-3)
+            self.wrong = wrong
+
+        def setup(self, c):
+            s = super().setup(c)
+            s.update(out0=None, ref=None, oracle_err=lambda name: 0.5 if name == self.wrong else 1e-3,
+                     check_detail={"reference": "cudnn", "dq": 4e-3, "dk": 2e-3, "dv": 1e-3})
+            return s
+
+    times = ({"library": 1.0, "library_c": 1.0, "cudnn": 1.2, "k:kA": 1.0, "k:kB": 0.9, "k:kC": 1.5},
+             {"library": 1.0, "library_c": 1.0, "cudnn": 1.2, "k:kB": 0.95})
+    good = lb.measure_case(_StubTimer(*times), Fam("kA"), {"case": "x", "dtype": "bf16", "op": "backward"})
+    bad = lb.measure_case(_StubTimer(*times), Fam("kB"), {"case": "x", "dtype": "bf16", "op": "backward"})
+    assert good["oracle_check"] == "ok" and bad["oracle_check"] == "MISMATCH"
+    assert good["check"] == "ok" and good["check_detail"]["dq"] == 4e-3 and good["check_detail"]["reference"] == "cudnn"
+    good["ratios"] = lb.ratios(good)
+    rec = {"family": "attention", "variant": "backward", "gpu": "NVIDIA H200", "date": "2026-11-29T00:00:00+00:00",
+           "rows": [good], "summary": lb.summarize([good])}
+    md = lb.family_section(rec)
+    assert md.startswith("## attention backward (NVIDIA H200)") and "| bf16 bwd x |" in md
+    assert "2.5 x the forward's FLOPs" in md
+    assert lb.record_path(Path("r"), rec).name == "attention-backward-2026-11-29-h200.json"
+    fwd = dict(good, op=None)
+    assert lb.label_of("attention", fwd) == "bf16 x"      # the forward's labels are unchanged
