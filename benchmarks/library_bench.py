@@ -430,6 +430,7 @@ class AttentionBench(Family):
 
     name = "attention"
     BACKENDS = {"cudnn": "CUDNN_ATTENTION", "flash": "FLASH_ATTENTION"}
+    SCORE_ELEMS = 1 << 27      # float32 scores per piece of the backward's O / LSE computation (0.5 GiB)
 
     def __init__(self, *a, **kw) -> None:
         super().__init__(*a, **kw)
@@ -586,7 +587,7 @@ class AttentionBench(Family):
         grp, scale = Hq // Hkv, D ** -0.5
         o = torch.empty(B, Sq, Hq, v.shape[3], device=q.device, dtype=q.dtype)
         lse = torch.empty(B, Hq, Sq, device=q.device, dtype=torch.float32)
-        rows = max(1, min(Sq, (1 << 27) // max(Sk * Hq, 1)))
+        rows = max(1, min(Sq, self.SCORE_ELEMS // max(Sk * Hq, 1)))
         tf32 = torch.backends.cuda.matmul.allow_tf32
         torch.backends.cuda.matmul.allow_tf32 = False
         try:

@@ -684,3 +684,38 @@ def test_measure_case_checks_a_backward_oracle_through_its_own_outputs():
     assert lb.record_path(Path("r"), rec).name == "attention-backward-2026-11-29-h200.json"
     fwd = dict(good, op=None)
     assert lb.label_of("attention", fwd) == "bf16 x"      # the forward's labels are unchanged
+
+
+def test_attention_backward_operands_and_fallback_reference_on_the_cpu():
+    """The backward case's operands and its last-resort reference, run on CPU tensors: O and the LSE (_o_lse, in
+    pieces of query rows) are float64 attention's, GQA and top-left causal with seq_q != seq_k included; the float32
+    dQ, dK, dV (_ref_backward_f32, one KV head at a time) are float64 autograd's, dK / dV summed over the group."""
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+
+    fam = lb.AttentionBench.__new__(lb.AttentionBench)
+    fam.torch = torch
+    fam.SCORE_ELEMS = 4 * 13 * 8           # a few query rows a piece: the pieces are stitched
+    g = torch.Generator().manual_seed(0)
+    for (B, Sq, Sk, Hq, Hkv, D, causal) in ((2, 13, 21, 8, 2, 16, True), (1, 9, 9, 4, 4, 8, False)):
+        q, do = (torch.randn(B, Sq, Hq, D, generator=g).to(torch.bfloat16) for _ in range(2))
+        k, v = (torch.randn(B, Sk, Hkv, D, generator=g).to(torch.bfloat16) for _ in range(2))
+        o, lse = fam._o_lse(q, k, v, causal)
+        assert o.dtype == torch.bfloat16 and lse.dtype == torch.float32 and tuple(lse.shape) == (B, Hq, Sq)
+        q64, k64, v64 = (x.double().transpose(1, 2).requires_grad_() for x in (q, k, v))
+        rep = Hq // Hkv
+        kk, vv = k64.repeat_interleave(rep, dim=1), v64.repeat_interleave(rep, dim=1)
+        sc = q64 @ kk.transpose(-1, -2) * D ** -0.5
+        if causal:
+            sc = sc.masked_fill(torch.ones(Sq, Sk, dtype=torch.bool).triu(1), float("-inf"))
+        want = torch.softmax(sc, -1) @ vv
+        assert torch.allclose(lse.double(), torch.logsumexp(sc, -1), atol=1e-4)
+        assert torch.allclose(o.double(), want.transpose(1, 2), atol=1e-2)
+        assert not causal or torch.allclose(
+            want, F.scaled_dot_product_attention(q64, kk, vv, is_causal=True), atol=1e-9)
+        grads = torch.autograd.grad(want, (q64, k64, v64), do.double().transpose(1, 2))
+        got = fam._ref_backward_f32({"q": q, "k": k, "v": v, "do": do}, causal)
+        for a, b in zip(got, grads):
+            assert a.dtype == torch.float32
+            assert torch.allclose(a.double(), b.transpose(1, 2), atol=1e-4), float((a.double() - b.transpose(1, 2))
+                                                                                   .abs().max())
