@@ -114,6 +114,8 @@ bench-conv-grouped:      # on the GPU machine: grouped / depthwise conv through 
 # FAMILY=gemm|attention|conv one family; a full build of the three takes longer than one 10-minute device call.
 # CONFIG=configs/bench/library_conv_bf16.yaml runs that config instead (conv's bf16 set: work dir
 # generated/libbench/conv-bf16, records conv-bf16-<date>-<gpu>.json, its own table).
+# CONFIG=configs/bench/library_attention_backward.yaml: the attention backward (lib.attention_backward vs SDPA's
+# backward, cuDNN and flash; work dir generated/libbench/attention-backward, its own record and table).
 bench-library:           # on the GPU machine: docs/library_performance.md and docs/perf/library/<family>-<date>-<gpu>.json
 	python3 benchmarks/library_bench.py --out generated/libbench -j 16 $(if $(FAMILY),--family $(FAMILY)) \
 	  $(if $(CONFIG),--config $(CONFIG)) $(if $(STAGE),--stage $(STAGE)) --doc docs/library_performance.md

@@ -51,6 +51,25 @@ measurement ~5 (48 cases):
         --config configs/bench/library_conv_bf16.yaml
     (then --stage profile, then --stage measure, each with the same --family conv or --config)
 
+The attention backward (issue 40 item 4): configs/bench/library_attention_backward.yaml (`ops: [backward]`,
+`variant: backward`: work dir <out>/attention-backward, record attention-backward-<date>-<gpu>.json, table
+"attention backward"). The starter sm90a backward set's bf16 BSHD kernels (6, plus the bf16 forward the export
+needs beside them), tuned on issue 40's anchor set (B*S = 16k tokens, H*D = 2048, d64 / d128, S 1k / 4k, full /
+causal), evaluated on 16 other shapes (odd and cross lengths, S = 16k, GQA 32/8 at d128, ViT / CLIP / Whisper
+lengths). Per case and rotation set: Q, K, V, dO, and O and the LSE from torch in float32 (O rounded to bf16, as a
+forward kernel saves them); timed: lib.attention_backward (dispatch, workspace, gradient allocation), SDPA's
+backward alone with the cuDNN and the flash backend named (torch.autograd.grad of its forward's output, the graph
+kept: tests/attention/test_attention_backward_sm90a_gpu.py's way), and every exported backward kernel forced by
+name (kernel=..., the same call: the oracle); no C-API column (the loader has no prebuilt backward problem).
+TFLOP/s = 2.5 x the forward's FLOPs (visible pairs). dQ, dK, dV checked against cuDNN's (flash's, or float32
+autograd, where cuDNN does not take the case); `why` replays the dispatch (backward_candidates on the export's
+tuning records). Estimates on 16 cores: build ~5 minutes (7 instances, ~45-60 s each, twice: emitter's and
+CMake's), profile ~3, measure ~2-3:
+
+    python3 benchmarks/library_bench.py --out generated/libbench -j 16 --stage build \
+        --config configs/bench/library_attention_backward.yaml
+    (then --stage profile, then --stage measure --doc docs/library_performance.md, with the same --config)
+
 Without a GPU: `--backend fake` (or --dry-run) runs emit, the fake profiler and the export (no nvcc, no CMake, no
 measurement), and `--report-only` regenerates --doc from the records.
 """
@@ -1195,7 +1214,9 @@ def render_doc(records: list[dict[str, Any]], plots: dict[tuple[str, str], str] 
             "Commands (GPU machine): `python3 benchmarks/library_bench.py --out generated/libbench -j 16 --stage "
             "build`, then `--stage profile`, then `--stage measure --doc docs/library_performance.md` "
             "(`make bench-library` runs all three); conv's bf16 set: the same with `--config "
-            "configs/bench/library_conv_bf16.yaml`.\n\n")
+            "configs/bench/library_conv_bf16.yaml`; the attention backward (the library's attention_backward against "
+            "SDPA's backward, cuDNN and flash; TFLOP/s = 2.5 x the forward's FLOPs): `--config "
+            "configs/bench/library_attention_backward.yaml`.\n\n")
     if not records:
         return head + "No records yet.\n"
     return head + "\n".join(family_section(r, (plots or {}).get(record_key(r))) for r in records)
